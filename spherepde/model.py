@@ -1,0 +1,274 @@
+r"""The attention model: weights Q, K, V, inverse temperature beta, SA / USA / beta = inf.
+
+SPEC §1–§3: B = Q^T K, A = V B^T. The velocity of a token at x under a measure mu is
+
+.. math::
+    X[\mu](x) = P_x \frac{\int e^{\beta\langle x, By\rangle} V y\, d\mu(y)}
+                         {\int e^{\beta\langle x, By\rangle}\, d\mu(y)}
+
+(SA; USA drops the denominator). At beta = inf the local field
+:math:`X_\infty(x) = P_x A x/|B^\top x|` is used, or hardmax on request.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import interaction
+from .measures import Measure, PointCloud, as_point_cloud
+from .sphere import as_points, tangent_projection
+
+__all__ = ["Model", "AssumptionReport", "AssumptionError"]
+
+#: Relative tolerance for "A is symmetric": ||A - A^T||_F <= tol * ||A||_F.
+SYMMETRY_RTOL = 1e-10
+#: Eigenvalues within this relative distance of mu_1 belong to the dominant eigenspace E.
+EIGEN_RTOL = 1e-9
+#: B counts as singular when its condition number exceeds this.
+COND_MAX = 1e12
+
+
+class AssumptionError(ValueError):
+    """Raised when the projected limit is asked for but SPEC §3.1's assumptions fail."""
+
+
+@dataclass
+class AssumptionReport:
+    """Structured check of SPEC §3.1 (assumption 1 of the low-temperature paper).
+
+    Attributes
+    ----------
+    B_invertible : bool
+    B_condition : float
+        2-norm condition number of B.
+    A_symmetric : bool
+    A_asymmetry : float
+        ||A - A^T||_F / ||A||_F.
+    symmetry_tol : float
+    eigenvalues : (d,) eigenvalues of the symmetric part of A, descending
+    gap : float
+        gamma = mu_1 - mu_2 (mu_2 the largest eigenvalue outside E; inf if E = R^d).
+    dim_E : int
+    """
+
+    B_invertible: bool
+    B_condition: float
+    A_symmetric: bool
+    A_asymmetry: float
+    symmetry_tol: float
+    eigenvalues: np.ndarray
+    gap: float
+    dim_E: int
+    problems: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        lines = [
+            f"B invertible: {self.B_invertible} (condition number {self.B_condition:.3e})",
+            f"A = V B^T symmetric: {self.A_symmetric} (||A-A^T||/||A|| = {self.A_asymmetry:.1e}, "
+            f"tolerance {self.symmetry_tol:.0e})",
+            f"eigenvalues of A: {np.array2string(self.eigenvalues, precision=6)}",
+            f"spectral gap gamma = {self.gap:.6g}, dim E = {self.dim_E}",
+        ]
+        if self.problems:
+            lines.append("problems: " + "; ".join(self.problems))
+        return "\n".join(lines)
+
+
+def _matrix(M, d, name):
+    if M is None:
+        return np.eye(d)
+    M = np.asarray(M, dtype=np.float64)
+    if M.shape != (d, d):
+        raise ValueError(f"{name} must have shape (d, d) = ({d}, {d}); got {M.shape}")
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return M
+
+
+class Model:
+    """Single-head self-attention dynamics on S^{d-1} (SPEC §2).
+
+    Parameters
+    ----------
+    Q, K, V : (d, d) arrays, optional
+        Query, key and value matrices (default identity).
+    beta : float in [0, inf]
+        Inverse temperature; ``np.inf`` selects the zero-temperature dynamics.
+    d : int
+        Ambient dimension (inferred from Q, K or V when given).
+    normalized : bool
+        True: softmax attention (SA). False: unnormalized attention (USA).
+    hardmax : bool
+        At beta = inf, use hardmax (argmax over a discrete measure) instead of the local
+        field X_inf of full-support measures.
+
+    Examples
+    --------
+    >>> import numpy as np, spherepde as sp
+    >>> model = sp.Model(V=np.diag([2.0, 1.0, 0.5]), beta=np.inf)
+    >>> model.check_assumptions().dim_E
+    1
+    """
+
+    def __init__(self, Q=None, K=None, V=None, beta: float = 9.0, d: int | None = None,
+                 normalized: bool = True, hardmax: bool = False):
+        given = [np.asarray(M).shape for M in (Q, K, V) if M is not None]
+        if d is None:
+            d = given[0][0] if given and len(given[0]) == 2 else 3
+        if int(d) != d or d < 2:
+            raise ValueError(f"d must be an integer >= 2; got {d!r}")
+        d = int(d)
+        self.d = d
+        self.Q = _matrix(Q, d, "Q")
+        self.K = _matrix(K, d, "K")
+        self.V = _matrix(V, d, "V")
+        try:
+            beta = float(beta)
+        except (TypeError, ValueError):
+            raise ValueError(f"beta must be a number in [0, inf]; got {beta!r}") from None
+        if np.isnan(beta) or beta < 0:
+            raise ValueError(f"beta must lie in [0, inf] (np.inf for zero temperature); got {beta}")
+        if np.isinf(beta) and not normalized and not hardmax:
+            raise ValueError("beta = inf is defined for softmax attention only (the USA field "
+                             "grows like e^beta); use normalized=True")
+        self.beta = beta
+        self.normalized = bool(normalized)
+        self.hardmax = bool(hardmax)
+        self.B = self.Q.T @ self.K
+        self.A = self.V @ self.B.T
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def zero_temperature(self) -> bool:
+        return bool(np.isinf(self.beta))
+
+    def with_beta(self, beta: float) -> "Model":
+        """The same weights at another inverse temperature."""
+        return Model(self.Q, self.K, self.V, beta=beta, d=self.d, normalized=self.normalized,
+                     hardmax=self.hardmax)
+
+    def check_assumptions(self) -> AssumptionReport:
+        """Check SPEC §3.1: B invertible, A = V B^T symmetric, spectral gap gamma > 0."""
+        sv = np.linalg.svd(self.B, compute_uv=False)
+        cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else np.inf
+        nA = np.linalg.norm(self.A)
+        asym = float(np.linalg.norm(self.A - self.A.T) / nA) if nA > 0 else 0.0
+        S = 0.5 * (self.A + self.A.T)
+        ev = np.linalg.eigvalsh(S)[::-1]
+        scale = max(1.0, abs(ev[0]))
+        in_E = ev >= ev[0] - EIGEN_RTOL * scale
+        dim_E = int(in_E.sum())
+        gap = float(ev[0] - ev[dim_E]) if dim_E < self.d else np.inf
+        problems = []
+        if not cond < COND_MAX:
+            problems.append(f"B = Q^T K is singular (condition number {cond:.2e} >= {COND_MAX:.0e})")
+        if asym > SYMMETRY_RTOL:
+            problems.append(f"A = V B^T is not symmetric (||A-A^T||/||A|| = {asym:.2e} > "
+                            f"{SYMMETRY_RTOL:.0e})")
+        if dim_E == self.d:
+            problems.append("A has a single eigenvalue (no spectral gap): every direction is dominant")
+        return AssumptionReport(bool(cond < COND_MAX), cond, asym <= SYMMETRY_RTOL, asym,
+                                SYMMETRY_RTOL, ev, gap, dim_E, problems)
+
+    def dominant_subspace(self) -> np.ndarray:
+        """Orthonormal basis (d, dim E) of E, the eigenspace of the largest eigenvalue of A.
+
+        Raises AssumptionError, naming the failed assumption, when SPEC §3.1 does not hold.
+        """
+        rep = self.check_assumptions()
+        if not rep.ok:
+            raise AssumptionError("the projected limit needs SPEC §3.1's assumptions: "
+                                  + "; ".join(rep.problems))
+        w, U = np.linalg.eigh(0.5 * (self.A + self.A.T))
+        return U[:, ::-1][:, : rep.dim_E]
+
+    # ------------------------------------------------------------------ the limit
+    def projection(self, x) -> np.ndarray:
+        r"""The projection :math:`\Pi(x) = P_E x / |P_E x|`, x: (..., d) -> (..., d).
+
+        Pi is undefined on E^perp; points there (|P_E x| < 1e-14) map to NaN.
+        """
+        x = as_points(x, self.d, name="x")
+        U = self.dominant_subspace()
+        px = (x @ U) @ U.T
+        n = np.linalg.norm(px, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 1e-14, px / np.where(n > 0, n, 1.0), np.nan)
+
+    def limit_measure(self, mu0) -> PointCloud:
+        r"""The projected measure :math:`\Pi_\# \mu_0` as a :class:`PointCloud`.
+
+        When dim E = 1 and mu0 is a known density, the two atoms +-e get the masses of the
+        half-spheres {+-<x, e> > 0}, computed by quadrature. Otherwise mu0 is (converted to) a
+        point cloud and pushed forward point by point.
+        """
+        U = self.dominant_subspace()
+        if isinstance(mu0, Measure):
+            if mu0.d != self.d:
+                raise ValueError(f"mu0 lives in d = {mu0.d}, the model in d = {self.d}")
+            if U.shape[1] == 1:
+                e = U[:, 0]
+                m_plus = float(mu0.hemisphere_mass(e))
+                return PointCloud(np.stack([e, -e]), np.array([m_plus, 1.0 - m_plus]))
+        cloud = as_point_cloud(mu0)
+        if cloud.d != self.d:
+            raise ValueError(f"mu0 lives in d = {cloud.d}, the model in d = {self.d}")
+        px = self.projection(cloud.points)
+        bad = np.isnan(px[:, 0]) & (cloud.weights > 0)
+        if np.any(bad):
+            raise ValueError(f"{int(bad.sum())} point(s) of mu0 lie on E^perp, where Pi is "
+                             "undefined; perturb them or remove them")
+        keep = ~np.isnan(px[:, 0])
+        w = cloud.weights[keep]
+        return PointCloud(px[keep], w / w.sum())
+
+    # ------------------------------------------------------------------ velocity
+    def attention(self, x, points, weights=None, backend: str = "auto") -> np.ndarray:
+        """Attention output before the tangent projection, x: (m, d) -> (m, d)."""
+        if self.zero_temperature and not self.hardmax:
+            return interaction.zero_temperature_attention(x, self.A, self.B)
+        keys = points @ self.B.T
+        values = points @ self.V.T
+        if self.zero_temperature:
+            return interaction.hardmax_attention(x, keys, values, weights)
+        return interaction.attention(x, keys, values, weights, self.beta, self.normalized,
+                                     backend=backend)
+
+    def velocity(self, x, points=None, weights=None, backend: str = "auto") -> np.ndarray:
+        r"""The velocity :math:`X[\mu](x)` for :math:`\mu = \sum_j w_j \delta_{p_j}`.
+
+        Parameters
+        ----------
+        x : (..., d) points on the sphere where the field is evaluated
+        points : (n, d) atoms of mu (ignored by the beta = inf local field, may be None there)
+        weights : (n,), optional
+            Non-negative, summing to 1 (default uniform).
+        backend : str
+            Interaction backend ("auto", "numpy", "numba", "torch").
+
+        Returns
+        -------
+        (..., d) tangent vectors.
+        """
+        x = as_points(x, self.d, name="x")
+        shape = x.shape
+        xf = x.reshape(-1, self.d)
+        if self.zero_temperature and not self.hardmax:
+            out = interaction.zero_temperature_attention(xf, self.A, self.B)
+        else:
+            if points is None:
+                raise ValueError("velocity needs the measure's points (n, d) at finite beta")
+            cloud = PointCloud(points, weights)
+            if cloud.d != self.d:
+                raise ValueError(f"points have d = {cloud.d}, the model d = {self.d}")
+            out = self.attention(xf, cloud.points, cloud.weights, backend=backend)
+        return tangent_projection(xf, out).reshape(shape)
+
+    def __repr__(self) -> str:
+        kind = "SA" if self.normalized else "USA"
+        return f"Model(d={self.d}, beta={self.beta:g}, {kind}{', hardmax' if self.hardmax else ''})"

@@ -1,0 +1,226 @@
+"""Geometry of the unit sphere S^{d-1} in R^d.
+
+Tangent projection, the retraction and exponential map used by every integrator,
+input validation for points, and Gauss–Legendre quadrature grids on S^2.
+
+Conventions: points are arrays of shape ``(..., d)`` with unit Euclidean norm.
+Colatitude ``theta`` runs from 0 (north pole, +z) to pi, longitude ``phi`` from 0 to 2 pi.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import gammaln
+
+__all__ = [
+    "sphere_area",
+    "as_points",
+    "normalize",
+    "tangent_projection",
+    "retract",
+    "exp_map",
+    "random_rotation",
+    "GaussGrid",
+    "gauss_grid",
+    "integrate_s2",
+]
+
+#: Largest tolerated deviation of |x| from 1 before points are rejected.
+UNIT_NORM_ATOL = 1e-8
+
+
+def sphere_area(d: int) -> float:
+    r"""Surface area of S^{d-1} ⊂ R^d, :math:`|S^{d-1}| = 2\pi^{d/2}/\Gamma(d/2)`."""
+    d = int(d)
+    if d < 2:
+        raise ValueError(f"the sphere S^(d-1) needs d >= 2, got d = {d}")
+    return float(np.exp(np.log(2.0) + 0.5 * d * np.log(np.pi) - gammaln(0.5 * d)))
+
+
+def as_points(x, d: int | None = None, *, name: str = "x", normalize: bool = False,
+              atol: float = UNIT_NORM_ATOL) -> np.ndarray:
+    """Validate an array of points on the sphere and return it as float64.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., d)
+    d : int, optional
+        Expected ambient dimension.
+    name : str
+        Name used in error messages.
+    normalize : bool
+        Project the points to the sphere instead of rejecting points off it.
+    atol : float
+        Tolerance on | |x| - 1 |.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 0:
+        raise ValueError(f"{name} must have shape (..., d); got a scalar")
+    if d is not None and x.shape[-1] != d:
+        raise ValueError(f"{name} must have last dimension d = {d}; got shape {x.shape}")
+    if x.shape[-1] < 2:
+        raise ValueError(f"{name} must have last dimension d >= 2; got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        bad = int(np.count_nonzero(~np.isfinite(x).all(axis=-1)))
+        raise ValueError(f"{name} contains NaN or inf in {bad} point(s); remove or repair them")
+    norms = np.linalg.norm(x, axis=-1)
+    if normalize:
+        if np.any(norms == 0):
+            raise ValueError(f"{name} contains the zero vector, which has no direction")
+        return x / norms[..., None]
+    dev = float(np.max(np.abs(norms - 1.0))) if norms.size else 0.0
+    if dev > atol:
+        raise ValueError(
+            f"{name} must lie on the unit sphere (max | |x|-1 | = {dev:.1e} > {atol:.0e}); "
+            "pass normalize=True to project them"
+        )
+    return x
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+    """Radial projection x / |x| onto the sphere, x: (..., d)."""
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def tangent_projection(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    r"""Project v onto the tangent space at x: :math:`P_x v = v - \langle x, v\rangle x`.
+
+    x, v: (..., d); x is assumed to have unit norm.
+    """
+    return v - np.sum(x * v, axis=-1, keepdims=True) * x
+
+
+def retract(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Projective retraction R_x(v) = (x + v)/|x + v|; x, v: (..., d).
+
+    It agrees with the exponential map to second order, which is all a Runge–Kutta
+    method with a final projection needs to keep its order (Hairer–Lubich–Wanner,
+    Geometric Numerical Integration, Thm. IV.4.1).
+    """
+    return normalize(x + v)
+
+
+def exp_map(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Exponential map of the sphere, exp_x(v) = cos|v| x + sin|v| v/|v| for tangent v."""
+    v = tangent_projection(x, v)
+    nv = np.linalg.norm(v, axis=-1, keepdims=True)
+    safe = np.where(nv > 0, nv, 1.0)
+    return normalize(np.cos(nv) * x + np.sin(nv) * v / safe)
+
+
+def random_rotation(d: int, seed=None) -> np.ndarray:
+    """A Haar-random rotation in SO(d) (QR of a Gaussian matrix with sign fix)."""
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    q = q * np.sign(np.diag(r))
+    if np.linalg.det(q) < 0:
+        q[:, 0] = -q[:, 0]
+    return q
+
+
+class GaussGrid:
+    r"""Gauss–Legendre grid on S^2: ``nlat`` Gauss nodes in :math:`\cos\theta`, ``nlon``
+    equispaced longitudes.
+
+    Exact for spherical harmonics of degree up to ``min(2*nlat - 1, nlon - 1)`` and so for
+    products of two band-limited fields when ``nlat >= lmax + 1`` and ``nlon >= 2*lmax + 1``.
+
+    Attributes
+    ----------
+    cost : (nlat,) cos(theta), descending (north to south)
+    theta : (nlat,) colatitudes, ascending
+    phi : (nlon,) longitudes 2 pi k / nlon
+    points : (nlat, nlon, 3) unit vectors
+    weights : (nlat, nlon) quadrature weights, summing to 4 pi
+    """
+
+    def __init__(self, nlat: int, nlon: int):
+        if nlat < 1 or nlon < 1:
+            raise ValueError(f"a Gauss grid needs nlat, nlon >= 1; got {nlat}, {nlon}")
+        x, w = np.polynomial.legendre.leggauss(int(nlat))
+        order = np.argsort(-x)
+        self.nlat, self.nlon = int(nlat), int(nlon)
+        self.cost = x[order]
+        self.theta = np.arccos(self.cost)
+        self.phi = 2.0 * np.pi * np.arange(self.nlon) / self.nlon
+        sint = np.sqrt(1.0 - self.cost**2)
+        self.points = np.stack(
+            [
+                sint[:, None] * np.cos(self.phi)[None, :],
+                sint[:, None] * np.sin(self.phi)[None, :],
+                np.broadcast_to(self.cost[:, None], (self.nlat, self.nlon)),
+            ],
+            axis=-1,
+        )
+        self.weights = np.broadcast_to((w[order] * (2.0 * np.pi / self.nlon))[:, None],
+                                       (self.nlat, self.nlon)).copy()
+
+    def integrate(self, values: np.ndarray) -> np.ndarray:
+        """Integral over S^2 of grid values of shape (..., nlat, nlon)."""
+        return np.sum(values * self.weights, axis=(-2, -1))
+
+    def __repr__(self) -> str:
+        return f"GaussGrid(nlat={self.nlat}, nlon={self.nlon})"
+
+
+def gauss_grid(lmax: int) -> GaussGrid:
+    """The smallest Gauss grid that integrates products of two degree-``lmax`` fields exactly."""
+    return GaussGrid(lmax + 1, 2 * lmax + 2)
+
+
+def integrate_s2(f, nlat: int = 256, nlon: int | None = None) -> float:
+    """Integral of a callable f(x), x: (..., 3), over S^2 on a Gauss grid."""
+    grid = GaussGrid(nlat, nlon or 2 * nlat)
+    return float(grid.integrate(np.asarray(f(grid.points), dtype=np.float64)))
+
+
+def rotation_to_pole(e: np.ndarray) -> np.ndarray:
+    """An orthogonal matrix R (d, d) with R e = e_d (the last basis vector)."""
+    e = np.asarray(e, dtype=np.float64)
+    e = e / np.linalg.norm(e)
+    d = e.shape[0]
+    # Householder reflection that maps e to e_d, then fix the determinant sign irrelevant
+    # for integration purposes (reflections preserve the surface measure).
+    target = np.zeros(d)
+    target[-1] = 1.0
+    u = e - target
+    nu = np.linalg.norm(u)
+    if nu < 1e-15:
+        return np.eye(d)
+    u /= nu
+    return np.eye(d) - 2.0 * np.outer(u, u)
+
+
+def hemisphere_quadrature(e: np.ndarray, n_t: int = 400, n_phi: int = 800):
+    r"""Quadrature nodes and weights on S^2 split by the sign of :math:`\langle x, e\rangle`.
+
+    Gauss–Legendre in :math:`t = \langle x, e\rangle` on (0, 1) and (-1, 0), trapezoid in the
+    azimuth around e (spectrally accurate for smooth periodic integrands).
+
+    Returns
+    -------
+    points_plus, weights_plus, points_minus, weights_minus :
+        (n_t, n_phi, 3) and (n_t, n_phi) arrays; the weights of each half sum to 2 pi.
+    """
+    e = np.asarray(e, dtype=np.float64)
+    if e.shape != (3,):
+        raise ValueError(f"hemisphere quadrature is on S^2: e must have shape (3,), got {e.shape}")
+    rot = rotation_to_pole(e)  # R e = e_z, so x = R^T x_local
+    xg, wg = np.polynomial.legendre.leggauss(n_t)
+    phi = 2.0 * np.pi * np.arange(n_phi) / n_phi
+    out = []
+    for sign in (+1.0, -1.0):
+        t = sign * 0.5 * (xg + 1.0)
+        s = np.sqrt(np.clip(1.0 - t**2, 0.0, None))
+        local = np.stack([s[:, None] * np.cos(phi)[None, :], s[:, None] * np.sin(phi)[None, :],
+                          np.broadcast_to(t[:, None], (n_t, n_phi))], axis=-1)
+        pts = local @ rot  # rows: R^T x_local
+        w = np.broadcast_to((0.5 * wg * 2.0 * np.pi / n_phi)[:, None], (n_t, n_phi)).copy()
+        out.extend([pts, w])
+    return tuple(out)
+
+
+def log_sphere_area(d: int) -> float:
+    """log |S^{d-1}|."""
+    return math.log(2.0) + 0.5 * d * math.log(math.pi) - float(gammaln(0.5 * d))

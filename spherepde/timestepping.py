@@ -1,0 +1,245 @@
+r"""One registry of explicit Runge–Kutta tableaus, shared by every solver.
+
+Each scheme is a :class:`Tableau` registered under its name in :data:`SCHEMES`; tests are
+parametrized over the whole registry, so adding a tableau adds it to the order test.
+
+The state may live on a manifold: :func:`integrate` takes a ``retract(y, dy)`` map that is
+applied, in this one place, to every stage and to every step (for the sphere,
+:func:`spherepde.sphere.retract`; for coefficient vectors, plain addition). With a retraction
+that agrees with the exponential map to second order and a vector field that is tangent and
+0-homogeneous, the projected method keeps the order of the tableau (Hairer–Lubich–Wanner,
+Geometric Numerical Integration, §IV.4).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Tableau", "SCHEMES", "register", "get_scheme", "integrate", "rk_step",
+           "DEFAULT_RTOL", "DEFAULT_ATOL"]
+
+#: Default tolerances of the adaptive pair: about 1e-8 relative accuracy at the outputs
+#: on the problems of the test suite (measured in tests/test_timestepping.py).
+DEFAULT_RTOL = 1e-9
+DEFAULT_ATOL = 1e-11
+
+
+@dataclass(frozen=True)
+class Tableau:
+    """Butcher tableau of an explicit Runge–Kutta method.
+
+    a : (s, s) strictly lower triangular; b : (s,); c : (s,);
+    b_err : (s,) optional, b - b_hat of an embedded pair (error estimate);
+    order : classical order of b; err_order : order of the embedded solution.
+    """
+
+    name: str
+    order: int
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    b_err: np.ndarray | None = None
+    err_order: int | None = None
+
+    @property
+    def stages(self) -> int:
+        return len(self.b)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.b_err is not None
+
+
+SCHEMES: dict[str, Tableau] = {}
+
+
+def register(name: str, order: int, a, b, c=None, b_hat=None, err_order=None) -> Tableau:
+    """Add a tableau to :data:`SCHEMES` (c defaults to the row sums of a)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    c = a.sum(axis=1) if c is None else np.asarray(c, dtype=np.float64)
+    b_err = None if b_hat is None else b - np.asarray(b_hat, dtype=np.float64)
+    tab = Tableau(name, order, a, b, c, b_err, err_order)
+    SCHEMES[name] = tab
+    return tab
+
+
+def get_scheme(name: str) -> Tableau:
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise ValueError(f"unknown time-stepping scheme {name!r}; registered: "
+                         f"{sorted(SCHEMES)}") from None
+
+
+register("euler", 1, [[0.0]], [1.0])
+register("heun", 2, [[0, 0], [1, 0]], [0.5, 0.5])
+register("ssprk3", 3, [[0, 0, 0], [1, 0, 0], [0.25, 0.25, 0]], [1 / 6, 1 / 6, 2 / 3])
+register("rk4", 4, [[0, 0, 0, 0], [0.5, 0, 0, 0], [0, 0.5, 0, 0], [0, 0, 1, 0]],
+         [1 / 6, 1 / 3, 1 / 3, 1 / 6])
+# Dormand & Prince (1980) 5(4), the pair behind MATLAB's ode45 and scipy's RK45.
+register(
+    "dopri5", 5,
+    [[0, 0, 0, 0, 0, 0, 0],
+     [1 / 5, 0, 0, 0, 0, 0, 0],
+     [3 / 40, 9 / 40, 0, 0, 0, 0, 0],
+     [44 / 45, -56 / 15, 32 / 9, 0, 0, 0, 0],
+     [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729, 0, 0, 0],
+     [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656, 0, 0],
+     [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0]],
+    [35 / 384, 0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0],
+    b_hat=[5179 / 57600, 0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40],
+    err_order=4,
+)
+
+
+def _add(y, dy):
+    return y + dy
+
+
+def rk_step(f: Callable, t: float, y, dt: float, tab: Tableau, retract: Callable = _add):
+    """One step of the tableau. Returns (y_new, error_estimate or None).
+
+    f(t, y) -> dy/dt; retract(y, dy) maps an increment to the new state.
+    """
+    k = []
+    for i in range(tab.stages):
+        if i == 0:
+            yi = y
+        else:
+            inc = sum(tab.a[i, j] * k[j] for j in range(i) if tab.a[i, j] != 0.0)
+            yi = retract(y, dt * inc) if not np.isscalar(inc) else y
+        k.append(f(t + tab.c[i] * dt, yi))
+    inc = sum(tab.b[j] * k[j] for j in range(tab.stages) if tab.b[j] != 0.0)
+    y_new = retract(y, dt * inc)
+    err = None
+    if tab.b_err is not None:
+        err = dt * sum(tab.b_err[j] * k[j] for j in range(tab.stages) if tab.b_err[j] != 0.0)
+    return y_new, err
+
+
+def _check_times(times):
+    times = np.asarray(times, dtype=np.float64)
+    if times.ndim != 1 or times.size < 1:
+        raise ValueError(f"times must be a non-empty 1-D array; got shape {times.shape}")
+    if not np.all(np.isfinite(times)):
+        raise ValueError("times contain NaN or inf")
+    if np.any(np.diff(times) <= 0):
+        i = int(np.argmax(np.diff(times) <= 0))
+        raise ValueError(f"times must be strictly increasing; times[{i}] = {times[i]} >= "
+                         f"times[{i + 1}] = {times[i + 1]}")
+    return times
+
+
+def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None = None,
+              rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+              retract: Callable = _add, callback: Callable | None = None,
+              dt_max: float | None = None, max_steps: int = 10_000_000, progress=None):
+    """Integrate dy/dt = f(t, y) and return the states at ``times`` (times[0] is y0's time).
+
+    Parameters
+    ----------
+    f : callable f(t, y) -> array like y
+    y0 : array
+    times : (T,) strictly increasing output times
+    scheme : name in :data:`SCHEMES`
+    dt : float, optional
+        Fixed step. Steps are shortened uniformly so that every output time is hit exactly.
+        Required for non-adaptive schemes; with an adaptive scheme it is the first step tried.
+    rtol, atol : float
+        Tolerances of the adaptive pair (error <= atol + rtol |y| in the max norm).
+    retract : callable retract(y, dy) -> y_new
+        Applied to every stage and step (manifold state); default plain addition.
+    callback : callable callback(i, t, y), optional
+        Called at every output time (for diagnostics or checkpointing).
+    dt_max : float, optional
+        Upper bound for adaptive steps (e.g. a CFL limit).
+    progress : callable progress(t), optional
+        Called after every accepted step.
+
+    Returns
+    -------
+    list of T states, and a dict of statistics (steps, rejected, function evaluations).
+    """
+    tab = get_scheme(scheme)
+    times = _check_times(times)
+    if dt is not None:
+        dt = float(dt)
+        if not np.isfinite(dt) or dt <= 0:
+            raise ValueError(f"dt must be a positive finite number; got {dt}")
+    if not tab.adaptive and dt is None:
+        raise ValueError(f"scheme {scheme!r} has a fixed step: pass dt, or use scheme='dopri5' "
+                         "with rtol/atol")
+    y = y0
+    out = [y0]
+    stats = {"steps": 0, "rejected": 0, "fevals": 0}
+    if callback is not None:
+        callback(0, times[0], y0)
+    if tab.adaptive:
+        h = dt if dt is not None else None
+    for i in range(1, len(times)):
+        t0, t1 = times[i - 1], times[i]
+        if not tab.adaptive:
+            n = max(1, int(np.ceil((t1 - t0) / dt - 1e-12)))
+            h_i = (t1 - t0) / n
+            for k in range(n):
+                y, _ = rk_step(f, t0 + k * h_i, y, h_i, tab, retract)
+                if progress is not None:
+                    progress(t0 + (k + 1) * h_i)
+            stats["steps"] += n
+            stats["fevals"] += n * tab.stages
+        else:
+            t = t0
+            if h is None:
+                h = _initial_step(f, t, y, tab.order, rtol, atol)
+                stats["fevals"] += 2
+            while t < t1:
+                if stats["steps"] + stats["rejected"] > max_steps:
+                    raise RuntimeError(f"more than {max_steps} steps; the problem may be stiff "
+                                       "or the tolerances too tight")
+                if dt_max is not None:
+                    h = min(h, dt_max)
+                last = t + h >= t1 - 1e-12 * max(1.0, abs(t1))
+                hh = t1 - t if last else h
+                y_new, err = rk_step(f, t, y, hh, tab, retract)
+                stats["fevals"] += tab.stages
+                scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
+                en = float(np.max(np.abs(err) / scale)) if np.size(err) else 0.0
+                if not np.isfinite(en):
+                    en = 1e10
+                if en <= 1.0:
+                    t = t1 if last else t + hh
+                    y = y_new
+                    stats["steps"] += 1
+                    if progress is not None:
+                        progress(t)
+                    fac = 5.0 if en == 0 else min(5.0, 0.9 * en ** (-1.0 / (tab.err_order + 1)))
+                    if not last or hh >= h:
+                        h = hh * fac
+                else:
+                    stats["rejected"] += 1
+                    h = hh * max(0.2, 0.9 * en ** (-1.0 / (tab.err_order + 1)))
+                if h < 1e-14 * max(1.0, abs(t)):
+                    raise RuntimeError(f"step size underflow at t = {t}; the solution may blow up")
+        out.append(y)
+        if callback is not None:
+            callback(i, t1, y)
+    return out, stats
+
+
+def _initial_step(f, t, y, order, rtol, atol):
+    """Hairer–Nørsett–Wanner's starting step heuristic (Solving ODEs I, II.4)."""
+    f0 = f(t, y)
+    scale = atol + rtol * np.abs(y)
+    d0 = float(np.sqrt(np.mean((y / scale) ** 2)))
+    d1 = float(np.sqrt(np.mean((f0 / scale) ** 2)))
+    h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
+    f1 = f(t + h0, y + h0 * f0)
+    d2 = float(np.sqrt(np.mean(((f1 - f0) / scale) ** 2))) / h0
+    if max(d1, d2) <= 1e-15:
+        h1 = max(1e-6, h0 * 1e-3)
+    else:
+        h1 = (0.01 / max(d1, d2)) ** (1.0 / (order + 1))
+    return min(100 * h0, h1)
