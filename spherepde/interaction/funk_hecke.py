@@ -1,0 +1,225 @@
+r"""The attention field of a density by the Funk–Hecke theorem (B = c·orthogonal).
+
+When :math:`B = cO` with O orthogonal, the kernel :math:`e^{\beta\langle x, By\rangle} =
+e^{\kappa\langle O^\top x, y\rangle}`, :math:`\kappa = \beta c`, is zonal in
+:math:`u = O^\top x`, and acts diagonally on harmonics (Funk–Hecke):
+
+.. math::
+    \int_{S^2} e^{\kappa\langle u, y\rangle} Y_{\ell m}(y)\, dA(y) = 4\pi\, i_\ell(\kappa)\,
+    Y_{\ell m}(u), \qquad
+    \int_{S^1} e^{\kappa\cos(u-\varphi)} e^{ik\varphi}\, d\varphi = 2\pi I_k(\kappa) e^{iku},
+
+with :math:`i_\ell` the modified spherical Bessel function of the first kind. For a density
+:math:`\rho = \sum \rho_{\ell m} Y_{\ell m}` let :math:`G(u) = \int e^{\kappa\langle u, y\rangle}
+\rho(y)\,dy` (extended to :math:`u \in \mathbb{R}^3` by the same integral). Its gradient in
+:math:`\mathbb{R}^3` is :math:`\kappa W(u)` with :math:`W(u) = \int e^{\kappa\langle u,y\rangle}
+y\,\rho(y)\,dy`; split into radial and surface parts at :math:`|u| = 1`,
+
+.. math::
+    W(u) = u \sum_{\ell m} 4\pi\, i_\ell'(\kappa)\rho_{\ell m} Y_{\ell m}(u)
+         + \nabla_S \sum_{\ell m} 4\pi\, \frac{i_\ell(\kappa)}{\kappa}\rho_{\ell m} Y_{\ell m}(u).
+
+The attention output is :math:`V W(u)/G(u)` (SA) or :math:`V W(u)` (USA). Evaluating at
+:math:`u = O^\top x` is a rotation of the coefficients (for improper O = −R, a rotation
+after the parity :math:`(-1)^\ell`), and :math:`W(O^\top x) = O^\top[\dots](x)`, so
+:math:`V O^\top = A/c` multiplies the bracket. The cost is one coefficient rotation, a scalar
+and a "radial + spheroidal" synthesis: a few transforms.
+
+All multipliers carry the factor :math:`e^{-\kappa}` (exponentially scaled Bessel functions,
+``scipy.special.ive`` of half-integer order), so kappa = 1e4 neither overflows nor loses the
+ratio; SA never needs the factor back, USA multiplies by :math:`e^{\kappa}` at the end and
+raises when that leaves float64.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import ive
+
+from .reference import LOG_FLOAT_MAX, usa_overflow_error
+
+__all__ = ["orthogonal_factor", "spherical_multipliers", "circular_multipliers",
+           "attention_s2", "attention_s1"]
+
+#: B counts as c·orthogonal when ||B^T B / c^2 - I||_max <= this.
+ORTHOGONAL_RTOL = 1e-12
+
+
+def orthogonal_factor(B: np.ndarray, rtol: float = ORTHOGONAL_RTOL):
+    """Return (c, O) with B = c·O, c > 0 and O orthogonal, or None when B is not of that form."""
+    B = np.asarray(B, dtype=np.float64)
+    d = B.shape[0]
+    c2 = float(np.trace(B.T @ B)) / d
+    if c2 <= 0:
+        return None
+    c = math.sqrt(c2)
+    O = B / c
+    if float(np.abs(O.T @ O - np.eye(d)).max()) > rtol:
+        return None
+    return c, O
+
+
+def spherical_multipliers(lmax: int, kappa: float):
+    r"""Scaled Funk–Hecke multipliers on S^2 for degrees 0..lmax, each (lmax + 1,):
+
+    ``g = 4 pi e^{-kappa} i_l(kappa)``, ``r = 4 pi e^{-kappa} i_l'(kappa)``,
+    ``q = 4 pi e^{-kappa} i_l(kappa)/kappa`` (q_0 = 0: it only multiplies a gradient).
+
+    Uses :math:`i_\ell(\kappa) = \sqrt{\pi/(2\kappa)} I_{\ell+1/2}(\kappa)`,
+    :math:`(2\ell+1) i_\ell' = \ell i_{\ell-1} + (\ell+1) i_{\ell+1}` and
+    :math:`(2\ell+1) i_\ell/\kappa = i_{\ell-1} - i_{\ell+1}`, all stable as kappa -> 0.
+    """
+    kappa = float(kappa)
+    if not np.isfinite(kappa) or kappa < 0:
+        raise ValueError(f"kappa = beta·c must be finite and >= 0; got {kappa}")
+    ell = np.arange(lmax + 3, dtype=np.float64)  # i_0 .. i_{lmax+2}
+    if kappa == 0.0:
+        i = np.zeros_like(ell)
+        i[0] = 1.0
+    else:
+        i = np.sqrt(np.pi / (2.0 * kappa)) * ive(ell + 0.5, kappa)
+    lo = np.arange(lmax + 1)
+    im1 = np.concatenate([[0.0], i[: lmax]])  # i_{l-1}; unused at l = 0
+    ip1 = i[1: lmax + 2]
+    g = 4.0 * np.pi * i[: lmax + 1]
+    r = 4.0 * np.pi * (lo * im1 + (lo + 1) * ip1) / (2 * lo + 1)
+    if kappa == 0.0:
+        q = np.zeros(lmax + 1)
+        if lmax >= 1:
+            q[1] = 4.0 * np.pi / 3.0  # lim i_1(k)/k = 1/3
+    else:
+        q = 4.0 * np.pi * (im1 - ip1) / (2 * lo + 1)
+        q[0] = 0.0
+    return g, r, q
+
+
+def circular_multipliers(kmax: int, kappa: float) -> np.ndarray:
+    """Scaled Funk–Hecke multipliers on S^1, ``2 pi e^{-kappa} I_k(kappa)`` for k = 0..kmax."""
+    kappa = float(kappa)
+    if not np.isfinite(kappa) or kappa < 0:
+        raise ValueError(f"kappa = beta·c must be finite and >= 0; got {kappa}")
+    return 2.0 * np.pi * ive(np.arange(kmax + 1, dtype=np.float64), kappa)
+
+
+def _usa_scale(kappa, beta):
+    if kappa > LOG_FLOAT_MAX:
+        raise usa_overflow_error(kappa, beta)
+    return math.exp(kappa)
+
+
+def attention_s2(rho_lm: np.ndarray, sht, c: float, O: np.ndarray, V: np.ndarray, beta: float,
+                 normalized: bool, multipliers=None):
+    r"""Attention output (before the tangent projection) on the grid of ``sht``.
+
+    Parameters
+    ----------
+    rho_lm : (nlm,) coefficients of the density (layout of ``sht``)
+    sht : :class:`spherepde.spectral.backends.SHTBackend` whose grid receives the field
+    c, O : B = c·O, c > 0, O (3, 3) orthogonal
+    V : (3, 3)
+    beta : float, finite
+    normalized : SA (True) or USA (False)
+    multipliers : optional output of :func:`spherical_multipliers` (cached by the solver)
+
+    Returns
+    -------
+    att : (nlat, nlon, 3) Cartesian attention output
+    G : (nlat, nlon) :math:`e^{-\kappa}\int e^{\beta\langle x, By\rangle}\rho(y)\,dy`
+    log_scale : float, kappa (multiply G by e^{log_scale} to undo the scaling)
+    """
+    kappa = beta * c
+    g, r, q = multipliers if multipliers is not None else spherical_multipliers(sht.lmax, kappa)
+    rho = np.asarray(rho_lm, dtype=np.complex128)
+    if np.linalg.det(O) < 0:  # O = -R: evaluate at -R^T x, Y_lm(-v) = (-1)^l Y_lm(v)
+        R = -O
+        rho = np.where(sht.l % 2 == 0, rho, -rho)
+    else:
+        R = O
+    if not np.allclose(R, np.eye(3), rtol=0, atol=1e-15):
+        rho = sht.rotate(rho, R)
+    ll = sht.l
+    G = sht.synthesis(g[ll] * rho)
+    Wr = sht.synthesis(r[ll] * rho)
+    wt, wp = sht.gradient(q[ll] * rho)
+    grid_ct, grid_phi = _grid_angles(sht)
+    st = np.sqrt(1.0 - grid_ct**2)[:, None]
+    ct = grid_ct[:, None]
+    cp, sp_ = np.cos(grid_phi)[None, :], np.sin(grid_phi)[None, :]
+    # W = x Wr + wt e_theta + wp e_phi, in Cartesian components
+    Wx = st * cp * Wr + ct * cp * wt - sp_ * wp
+    Wy = st * sp_ * Wr + ct * sp_ * wt + cp * wp
+    Wz = ct * Wr - st * wt
+    W = np.stack([Wx, Wy, Wz], axis=-1)
+    M = V @ O.T  # = A / c
+    att = W @ M.T
+    if normalized:
+        att = att / G[..., None]
+    else:
+        att = att * _usa_scale(kappa, beta)
+    return att, G, kappa
+
+
+def _grid_angles(sht):
+    cache = getattr(sht, "_angles", None)
+    if cache is None:
+        x, _ = np.polynomial.legendre.leggauss(sht.nlat)
+        cache = (np.sort(x)[::-1], 2.0 * np.pi * np.arange(sht.nlon) / sht.nlon)
+        sht._angles = cache
+    return cache
+
+
+def attention_s1(rho_k: np.ndarray, n: int, c: float, O: np.ndarray, V: np.ndarray,
+                 beta: float, normalized: bool, multipliers=None):
+    r"""Attention output on the S^1 grid :math:`\theta_j = 2\pi j/n`, from the Fourier
+    coefficients ``rho_k`` (k = 0..K) of :math:`\rho(\theta) = \sum_{|k|\le K} \rho_k e^{ik\theta}`.
+
+    With :math:`y = e^{i\varphi}` as a complex number,
+    :math:`W(u) = \int e^{\kappa\cos(u-\varphi)} y\,\rho\,d\varphi = \sum_k 2\pi I_k(\kappa)
+    \rho_{k-1} e^{iku}`, evaluated at :math:`u = O^\top x`.
+
+    Returns
+    -------
+    att : (n, 2), G : (n,) scaled by e^{-kappa}, log_scale = kappa
+    """
+    K = rho_k.shape[0] - 1
+    kappa = beta * c
+    mult = multipliers if multipliers is not None else circular_multipliers(K + 1, kappa)
+    # two-sided coefficients of rho, index k + K + 1 for k = -(K+1) .. K+1 (one spare each side)
+    full = np.zeros(2 * K + 3, dtype=np.complex128)
+    ks = np.arange(-(K + 1), K + 2)
+    full[K + 1: 2 * K + 2] = rho_k
+    full[1: K + 1] = np.conj(rho_k[1:][::-1])
+    absk = np.abs(ks)
+    Gk = mult[absk] * full
+    shifted = np.zeros_like(full)  # rho_{k-1}
+    shifted[1:] = full[:-1]
+    Wk = mult[absk] * shifted
+    if np.linalg.det(O) > 0:  # rotation by alpha: u = theta - alpha
+        alpha = math.atan2(O[1, 0], O[0, 0])
+        phase = np.exp(-1j * ks * alpha)
+        Gk, Wk = Gk * phase, Wk * phase
+    else:  # reflection across the axis at angle a: u = 2a - theta
+        two_a = math.atan2(O[1, 0], O[0, 0])
+        phase = np.exp(1j * ks * two_a)
+        Gk, Wk = (Gk * phase)[::-1], (Wk * phase)[::-1]  # coefficient of e^{ik theta} from -k
+    G = _synth_two_sided(Gk, n).real
+    Wc = _synth_two_sided(Wk, n)
+    W = np.stack([Wc.real, Wc.imag], axis=-1)
+    att = W @ V.T  # W was evaluated at u = O^T x directly: no frame change here
+    if normalized:
+        att = att / G[:, None]
+    else:
+        att = att * _usa_scale(kappa, beta)
+    return att, G, kappa
+
+
+def _synth_two_sided(ck: np.ndarray, n: int) -> np.ndarray:
+    """Values at theta_j = 2 pi j/n of sum_k c_k e^{ik theta}, k = -Kp..Kp (ck has 2Kp+1)."""
+    Kp = (ck.shape[0] - 1) // 2
+    if n < 2 * Kp + 1:
+        raise ValueError(f"the S^1 grid needs n >= {2 * Kp + 1} points; got {n}")
+    buf = np.zeros(n, dtype=np.complex128)
+    buf[: Kp + 1] = ck[Kp:]
+    buf[n - Kp:] = ck[:Kp]
+    return np.fft.ifft(buf) * n

@@ -1,0 +1,306 @@
+r"""A thin layer over the spherical-harmonic transform (SHT) libraries: shtns when importable,
+ducc0 otherwise.
+
+Conventions shared by every backend (and checked against each other in
+``tests/test_sht_backends.py``):
+
+- Real fields on a Gauss–Legendre grid of ``nlat`` colatitudes (theta ascending, i.e.
+  :math:`\cos\theta` descending, as :class:`spherepde.sphere.GaussGrid`) and ``nlon``
+  longitudes :math:`\phi_k = 2\pi k/n_{lon}`; arrays have shape ``(nlat, nlon)``.
+- Orthonormal complex harmonics with the Condon–Shortley phase; a real field is stored by its
+  coefficients :math:`a_{\ell m}`, :math:`m \ge 0`, so that
+  :math:`f = \sum_\ell a_{\ell 0} Y_{\ell 0} + 2\,\mathrm{Re}\sum_{m>0} a_{\ell m} Y_{\ell m}`,
+  in the m-major ("healpy") order (0,0), (1,0), …, (L,0), (1,1), …, (L,L); see :func:`lm_arrays`.
+- Tangent vector fields are given by their components ``(v_theta, v_phi)`` on the unit vectors
+  :math:`e_\theta` (pointing south) and :math:`e_\phi` (pointing east). The spheroidal/toroidal
+  split is :math:`v = \nabla S + \hat r\times\nabla T`, so :math:`\operatorname{div} v =
+  \Delta S = -\ell(\ell+1) S_{\ell m}`.
+- :meth:`SHTBackend.rotate` returns the coefficients of :math:`x \mapsto f(R^\top x)` for a
+  rotation R (the active rotation of f by R).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["SHTBackend", "ShtnsBackend", "Ducc0Backend", "available_backends", "get_backend",
+           "lm_arrays", "euler_zyz", "fft_size", "evaluate_points"]
+
+
+def lm_arrays(lmax: int):
+    """Degree and order (l, m) of every coefficient in the m-major layout, each (nlm,)."""
+    ls = np.concatenate([np.arange(m, lmax + 1) for m in range(lmax + 1)])
+    ms = np.concatenate([np.full(lmax + 1 - m, m) for m in range(lmax + 1)])
+    return ls, ms
+
+
+def fft_size(n: int) -> int:
+    """The smallest even integer >= n whose prime factors are 2, 3 and 5 (fast FFTs)."""
+    n = max(2, int(n))
+    while True:
+        k = n
+        for p in (2, 3, 5):
+            while k % p == 0:
+                k //= p
+        if k == 1 and n % 2 == 0:
+            return n
+        n += 1
+
+
+def euler_zyz(R: np.ndarray):
+    r"""Euler angles (a, b, c) with :math:`R = R_z(a) R_y(b) R_z(c)` for a rotation R (3, 3)."""
+    R = np.asarray(R, dtype=np.float64)
+    b = math.acos(max(-1.0, min(1.0, R[2, 2])))
+    if abs(math.sin(b)) > 1e-12:
+        a = math.atan2(R[1, 2], R[0, 2])
+        c = math.atan2(R[2, 1], -R[2, 0])
+    elif R[2, 2] > 0:  # b = 0: a pure z rotation by a + c
+        a, c = math.atan2(R[1, 0], R[0, 0]), 0.0
+    else:  # b = pi: R_z(a) diag(-1, 1, -1)
+        a, c = math.atan2(-R[1, 0], -R[0, 0]), 0.0
+    return a, b, c
+
+
+def _check_rotation(R):
+    R = np.asarray(R, dtype=np.float64)
+    if R.shape != (3, 3):
+        raise ValueError(f"a rotation of S^2 must have shape (3, 3); got {R.shape}")
+    err = float(np.abs(R @ R.T - np.eye(3)).max())
+    if err > 1e-10 or np.linalg.det(R) < 0:
+        raise ValueError(f"R must be a rotation (R R^T = I, det R = +1); |R R^T - I| = {err:.1e}, "
+                         f"det R = {np.linalg.det(R):.3f}")
+    return R
+
+
+class SHTBackend:
+    """Real scalar and vector spherical-harmonic transforms on one Gauss–Legendre grid.
+
+    Parameters
+    ----------
+    lmax : int
+        Largest degree (triangular truncation, mmax = lmax).
+    nlat, nlon : int
+        Grid size; exactness of the analysis needs ``nlat >= lmax + 1``, ``nlon >= 2 lmax + 1``
+        for band-limited fields (more for products, see the solver's 3/2 rule).
+    """
+
+    name = "abstract"
+    #: The smallest number of latitudes the library accepts.
+    min_nlat = 1
+
+    def __init__(self, lmax: int, nlat: int, nlon: int):
+        lmax, nlat, nlon = int(lmax), int(nlat), int(nlon)
+        if lmax < 0:
+            raise ValueError(f"lmax must be >= 0; got {lmax}")
+        if nlat < max(lmax + 1, self.min_nlat) or nlon < 2 * lmax + 1:
+            raise ValueError(f"a degree-{lmax} transform needs nlat >= {max(lmax + 1, self.min_nlat)} "
+                             f"and nlon >= {2 * lmax + 1} with the {self.name} backend; "
+                             f"got nlat = {nlat}, nlon = {nlon}")
+        self.lmax, self.nlat, self.nlon = lmax, nlat, nlon
+        self.l, self.m = lm_arrays(lmax)
+        self.nlm = self.l.size
+        self.llp1 = (self.l * (self.l + 1)).astype(np.float64)
+
+    # --- to be provided by subclasses
+    def analysis(self, f: np.ndarray) -> np.ndarray:
+        """Coefficients (nlm,) complex of a real field f: (nlat, nlon)."""
+        raise NotImplementedError
+
+    def synthesis(self, alm: np.ndarray) -> np.ndarray:
+        """Real field (nlat, nlon) from coefficients (nlm,)."""
+        raise NotImplementedError
+
+    def vector_synthesis(self, slm: np.ndarray, tlm: np.ndarray | None = None):
+        r"""(v_theta, v_phi) of :math:`\nabla S + \hat r\times\nabla T`, each (nlat, nlon)."""
+        raise NotImplementedError
+
+    def vector_analysis(self, vt: np.ndarray, vp: np.ndarray):
+        """Spheroidal and toroidal coefficients (S, T), each (nlm,), of a tangent field."""
+        raise NotImplementedError
+
+    def rotate(self, alm: np.ndarray, R: np.ndarray) -> np.ndarray:
+        r"""Coefficients of :math:`x\mapsto f(R^\top x)`; R: (3, 3) rotation."""
+        raise NotImplementedError
+
+    # --- derived operations
+    def gradient(self, alm: np.ndarray):
+        """Surface gradient (v_theta, v_phi) of the field with coefficients alm."""
+        return self.vector_synthesis(alm, None)
+
+    def divergence(self, vt: np.ndarray, vp: np.ndarray) -> np.ndarray:
+        r"""Coefficients of :math:`\operatorname{div}_S v` (exact for band-limited v)."""
+        s, _ = self.vector_analysis(vt, vp)
+        return -self.llp1 * s
+
+    def grid(self):
+        from ..sphere import GaussGrid
+
+        return GaussGrid(self.nlat, self.nlon)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(lmax={self.lmax}, nlat={self.nlat}, nlon={self.nlon})"
+
+
+class ShtnsBackend(SHTBackend):
+    """shtns (Schaeffer 2013), orthonormal harmonics with Condon–Shortley phase."""
+
+    name = "shtns"
+    min_nlat = 32  # shtns refuses smaller Gauss grids
+
+    def __init__(self, lmax, nlat, nlon):
+        super().__init__(lmax, nlat, nlon)
+        import shtns
+
+        self._shtns = shtns
+        sh = shtns.sht(self.lmax, self.lmax, 1, shtns.sht_orthonormal)
+        sh.set_grid(self.nlat, self.nlon, shtns.sht_gauss | shtns.SHT_PHI_CONTIGUOUS, 1e-10)
+        if sh.nlat != self.nlat or sh.nphi != self.nlon:
+            raise RuntimeError(f"shtns changed the grid to {sh.nlat} x {sh.nphi}")
+        self._sh = sh
+        self._rot = None
+
+    def analysis(self, f):
+        return self._sh.analys(np.ascontiguousarray(f, dtype=np.float64))
+
+    def synthesis(self, alm):
+        return self._sh.synth(np.ascontiguousarray(alm, dtype=np.complex128))
+
+    def vector_synthesis(self, slm, tlm=None):
+        slm = np.ascontiguousarray(slm, dtype=np.complex128)
+        if tlm is None:
+            return self._sh.synth_grad(slm)
+        return self._sh.synth(slm, np.ascontiguousarray(tlm, dtype=np.complex128))
+
+    def vector_analysis(self, vt, vp):
+        return self._sh.analys(np.ascontiguousarray(vt, dtype=np.float64),
+                               np.ascontiguousarray(vp, dtype=np.float64))
+
+    def rotate(self, alm, R):
+        R = _check_rotation(R)
+        a, b, c = euler_zyz(R)
+        rot = self._shtns.rotation(self.lmax)
+        # shtns takes the angles in the opposite order for the same active rotation
+        # R = Rz(a) Ry(b) Rz(c) (checked against direct evaluation in the tests).
+        rot.set_angles_ZYZ(c, b, a)
+        return rot.apply_real(np.ascontiguousarray(alm, dtype=np.complex128))
+
+
+class Ducc0Backend(SHTBackend):
+    """ducc0.sht (Reinecke), the healpy conventions; spin-1 transforms for vector fields."""
+
+    name = "ducc0"
+
+    def __init__(self, lmax, nlat, nlon, nthreads: int = 1):
+        super().__init__(lmax, nlat, nlon)
+        import ducc0
+
+        self._sht = ducc0.sht
+        self.nthreads = int(nthreads)
+        self._sq = np.sqrt(self.llp1)
+        self._inv_sq = np.where(self.l > 0, 1.0 / np.where(self.l > 0, self._sq, 1.0), 0.0)
+        self._kw = dict(lmax=self.lmax, geometry="GL", nthreads=self.nthreads)
+
+    def analysis(self, f):
+        f = np.ascontiguousarray(f, dtype=np.float64)[None]
+        return self._sht.analysis_2d(map=f, spin=0, **self._kw)[0]
+
+    def synthesis(self, alm):
+        alm = np.ascontiguousarray(alm, dtype=np.complex128)[None]
+        return self._sht.synthesis_2d(alm=alm, spin=0, ntheta=self.nlat, nphi=self.nlon,
+                                      **self._kw)[0]
+
+    def vector_synthesis(self, slm, tlm=None):
+        # ducc0's spin-1 E/B coefficients are sqrt(l(l+1)) times the spheroidal/toroidal ones.
+        e = np.asarray(slm, dtype=np.complex128) * self._sq
+        b = np.zeros_like(e) if tlm is None else np.asarray(tlm, dtype=np.complex128) * self._sq
+        v = self._sht.synthesis_2d(alm=np.stack([e, b]), spin=1, ntheta=self.nlat,
+                                   nphi=self.nlon, **self._kw)
+        return v[0], v[1]
+
+    def vector_analysis(self, vt, vp):
+        v = np.stack([np.asarray(vt, dtype=np.float64), np.asarray(vp, dtype=np.float64)])
+        eb = self._sht.analysis_2d(map=v, spin=1, **self._kw)
+        return eb[0] * self._inv_sq, eb[1] * self._inv_sq
+
+    def rotate(self, alm, R):
+        R = _check_rotation(R)
+        a, b, c = euler_zyz(R)
+        # ducc0: active rotation R_z(phi) R_y(theta) R_z(psi), called as (psi, theta, phi).
+        return self._sht.rotate_alm(np.ascontiguousarray(alm, dtype=np.complex128), self.lmax,
+                                    c, b, a)
+
+
+_BACKENDS = {"shtns": ShtnsBackend, "ducc0": Ducc0Backend}
+
+
+def available_backends() -> list[str]:
+    """Names of the SHT libraries that import here, preferred first."""
+    out = []
+    for name, mod in (("shtns", "shtns"), ("ducc0", "ducc0")):
+        try:
+            __import__(mod)
+        except ImportError:
+            continue
+        out.append(name)
+    return out
+
+
+def get_backend(name: str = "auto"):
+    """The backend class for ``name`` ("auto": shtns when importable, ducc0 otherwise)."""
+    avail = available_backends()
+    if name == "auto":
+        if not avail:
+            raise ImportError("the spectral solver needs shtns or ducc0: pip install ducc0")
+        return _BACKENDS[avail[0]]
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown SHT backend {name!r}; choose from {sorted(_BACKENDS)}")
+    if name not in avail:
+        raise ImportError(f"the SHT backend {name!r} is not installed; available: {avail}")
+    return _BACKENDS[name]
+
+
+def evaluate_points(alm: np.ndarray, lmax: int, x: np.ndarray) -> np.ndarray:
+    r"""Evaluate the real field with coefficients ``alm`` (layout of :func:`lm_arrays`) at
+    arbitrary points x: (..., 3) on the unit sphere. Returns (...).
+
+    A library-independent direct sum, O(lmax^2) per point, by the standard stable three-term
+    recursion for orthonormal associated Legendre functions (with Condon–Shortley phase).
+    ``alm`` may carry leading axes: (k, nlm) gives (k, ...).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    shape = x.shape[:-1]
+    xf = x.reshape(-1, 3)
+    ct = np.clip(xf[:, 2], -1.0, 1.0)
+    st = np.sqrt(np.maximum(0.0, 1.0 - ct * ct))
+    phi = np.arctan2(xf[:, 1], xf[:, 0])
+    alm = np.asarray(alm, dtype=np.complex128)
+    lead = alm.shape[:-1]
+    a2 = alm.reshape(-1, alm.shape[-1])
+    out = np.zeros((a2.shape[0], xf.shape[0]))
+    pmm = np.full(xf.shape[0], 1.0 / math.sqrt(4.0 * math.pi))
+    start = 0
+    for m in range(lmax + 1):
+        if m > 0:
+            pmm = -math.sqrt((2 * m + 1) / (2.0 * m)) * st * pmm
+        nl = lmax + 1 - m
+        coef = a2[:, start:start + nl]
+        start += nl
+        p_prev2, p_prev = None, pmm
+        acc = coef[:, :1] * p_prev[None, :]
+        if nl > 1:
+            p = math.sqrt(2 * m + 3) * ct * pmm
+            acc = acc + coef[:, 1:2] * p[None, :]
+            p_prev2, p_prev = pmm, p
+            for j in range(2, nl):
+                ell = m + j
+                a = math.sqrt((4.0 * ell * ell - 1.0) / (ell * ell - m * m))
+                b = math.sqrt(((ell - 1.0) ** 2 - m * m) / (4.0 * (ell - 1.0) ** 2 - 1.0))
+                p = a * (ct * p_prev - b * p_prev2)
+                acc = acc + coef[:, j:j + 1] * p[None, :]
+                p_prev2, p_prev = p_prev, p
+        if m == 0:
+            out += acc.real
+        else:
+            out += 2.0 * (acc * np.exp(1j * m * phi)[None, :]).real
+    return out.reshape(lead + shape)
