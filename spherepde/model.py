@@ -203,9 +203,10 @@ class Model:
     def limit_measure(self, mu0) -> PointCloud:
         r"""The projected measure :math:`\Pi_\# \mu_0` as a :class:`PointCloud`.
 
-        When dim E = 1 and mu0 is a known density, the two atoms +-e get the masses of the
-        half-spheres {+-<x, e> > 0}, computed by quadrature. Otherwise mu0 is (converted to) a
-        point cloud and pushed forward point by point.
+        When dim E = 1 the result is two atoms +-e carrying the masses of the half-spheres
+        {+-<x, e> > 0}: by quadrature when mu0 is a known density, by summing weights when it
+        is a point cloud. When dim E > 1, mu0 is (converted to) a point cloud and pushed
+        forward point by point.
         """
         U = self.dominant_subspace()
         if isinstance(mu0, Measure):
@@ -218,6 +219,17 @@ class Model:
         cloud = as_point_cloud(mu0)
         if cloud.d != self.d:
             raise ValueError(f"mu0 lives in d = {cloud.d}, the model in d = {self.d}")
+        if U.shape[1] == 1:
+            # Pi takes two values, +-e: merge the push-forward into two atoms.
+            e = U[:, 0]
+            s = cloud.points @ e
+            if np.any((np.abs(s) < 1e-14) & (cloud.weights > 0)):
+                raise ValueError("some points of mu0 lie on E^perp, where Pi is undefined; "
+                                 "perturb them or remove them")
+            m_plus = float(cloud.weights[s > 0].sum())
+            m_minus = float(cloud.weights[s < 0].sum())
+            tot = m_plus + m_minus
+            return PointCloud(np.stack([e, -e]), np.array([m_plus, m_minus]) / tot)
         px = self.projection(cloud.points)
         bad = np.isnan(px[:, 0]) & (cloud.weights > 0)
         if np.any(bad):

@@ -1,0 +1,189 @@
+"""Scenarios for ``spherepde run``: the built-in default and user TOML files, validated.
+
+A scenario file has the sections below; every key is optional and falls back to the default
+scenario (see ``DEFAULT``). An unknown key or a value outside its allowed set is an error that
+names the key and what it accepts.
+
+.. code-block:: toml
+
+    [model]
+    eigenvalues = [1.0, 0.4, -0.6]   # eigenvalues of A = V B^T, descending; gap = 1st - 2nd
+    rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
+    rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
+    normalized = true                # SA (true) or USA (false)
+
+    [initial]
+    kind = "vmf"                     # "uniform", "vmf" or "bimodal" (two vMF caps)
+    mean = [0.4, 0.3, 1.0]
+    kappa = 1.5
+
+    [run]
+    betas = [4.0, 16.0, 64.0, "inf"] # inverse temperatures; "inf" = zero temperature
+    t_end = 8.0                      # final time of the particle runs
+    n_times = 41                     # output times, equally spaced in [0, t_end]
+
+    [particles]
+    n = 3000                         # number of tokens
+    seed = 0
+    rtol = 1e-7                      # tolerance of the adaptive Dormand–Prince pair
+
+    [spectral]
+    enabled = true
+    lmax = 48                        # spherical-harmonic degree
+    t_end = 3.0                      # the density sharpens like e^{-gamma t}: stop while resolved
+
+    [output]
+    dir = "spherepde-output"
+"""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["DEFAULT", "ConfigError", "load_config", "validate_config"]
+
+
+class ConfigError(ValueError):
+    """An invalid scenario: the message names the key and the allowed values."""
+
+
+DEFAULT = {
+    "model": {
+        "eigenvalues": [1.0, 0.4, -0.6],
+        "rotation_angle": 0.9,
+        "rotation_axis": [1.0, 1.0, 1.0],
+        "normalized": True,
+    },
+    "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5},
+    "run": {"betas": [4.0, 16.0, 64.0, "inf"], "t_end": 8.0, "n_times": 41},
+    "particles": {"n": 3000, "seed": 0, "rtol": 1e-7},
+    "spectral": {"enabled": True, "lmax": 48, "t_end": 3.0},
+    "output": {"dir": "spherepde-output"},
+}
+
+_INITIAL_KINDS = ("uniform", "vmf", "bimodal")
+
+
+def _vec3(key, v):
+    if (not isinstance(v, list) or len(v) != 3
+            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in v)):
+        raise ConfigError(f"{key} must be a list of 3 numbers; got {v!r}")
+    if not any(a != 0 for a in v):
+        raise ConfigError(f"{key} must be a nonzero vector; got {v!r}")
+    return [float(a) for a in v]
+
+
+def _number(key, v, lo=None, hi=None, integer=False, lo_open=False):
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type or (not integer and not math.isfinite(v)):
+        kind = "an integer" if integer else "a finite number"
+        raise ConfigError(f"{key} must be {kind}; got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise ConfigError(f"{key} must be {'>' if lo_open else '>='} {lo}; got {v!r}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{key} must be <= {hi}; got {v!r}")
+    return int(v) if integer else float(v)
+
+
+def _bool(key, v):
+    if not isinstance(v, bool):
+        raise ConfigError(f"{key} must be true or false; got {v!r}")
+    return v
+
+
+def _beta(key, v):
+    if v == "inf" or (isinstance(v, float) and math.isinf(v) and v > 0):
+        return math.inf
+    if isinstance(v, str):
+        raise ConfigError(f"{key} entries must be numbers >= 0 or \"inf\"; got {v!r}")
+    return _number(key, v, lo=0.0)
+
+
+def validate_config(user: dict | None) -> dict:
+    """Merge a user scenario into the default one and check every key.
+
+    Returns the complete, validated scenario (a new dict).
+    """
+    cfg = copy.deepcopy(DEFAULT)
+    user = user or {}
+    if not isinstance(user, dict):
+        raise ConfigError("a scenario must be a TOML table of sections")
+    for section, values in user.items():
+        if section not in DEFAULT:
+            raise ConfigError(f"unknown section [{section}]; allowed sections: {sorted(DEFAULT)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{section}] must be a table of keys")
+        for key, v in values.items():
+            if key not in DEFAULT[section]:
+                raise ConfigError(f"unknown key {section}.{key}; allowed keys in [{section}]: "
+                                  f"{sorted(DEFAULT[section])}")
+            cfg[section][key] = v
+
+    m = cfg["model"]
+    ev = m["eigenvalues"]
+    if (not isinstance(ev, list) or len(ev) != 3
+            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in ev)):
+        raise ConfigError(f"model.eigenvalues must be a list of 3 numbers (the spectrum of "
+                          f"A = V B^T on S^2); got {ev!r}")
+    ev = sorted((float(a) for a in ev), reverse=True)
+    if not ev[0] > ev[1]:
+        raise ConfigError(f"model.eigenvalues need a spectral gap: the largest must be strictly "
+                          f"larger than the second; got {ev}")
+    m["eigenvalues"] = ev
+    m["rotation_angle"] = _number("model.rotation_angle", m["rotation_angle"])
+    m["rotation_axis"] = _vec3("model.rotation_axis", m["rotation_axis"])
+    m["normalized"] = _bool("model.normalized", m["normalized"])
+
+    ini = cfg["initial"]
+    if ini["kind"] not in _INITIAL_KINDS:
+        raise ConfigError(f"initial.kind must be one of {list(_INITIAL_KINDS)}; got {ini['kind']!r}")
+    ini["mean"] = _vec3("initial.mean", ini["mean"])
+    ini["kappa"] = _number("initial.kappa", ini["kappa"], lo=0.0, hi=1e4)
+
+    r = cfg["run"]
+    if not isinstance(r["betas"], list) or not r["betas"]:
+        raise ConfigError(f"run.betas must be a non-empty list of numbers >= 0 or \"inf\"; "
+                          f"got {r['betas']!r}")
+    r["betas"] = [_beta("run.betas", b) for b in r["betas"]]
+    if not m["normalized"] and any(math.isinf(b) for b in r["betas"]):
+        raise ConfigError("run.betas contains \"inf\", which needs model.normalized = true "
+                          "(the USA field grows like e^beta)")
+    r["t_end"] = _number("run.t_end", r["t_end"], lo=0.0, lo_open=True)
+    r["n_times"] = _number("run.n_times", r["n_times"], lo=2, hi=10_000, integer=True)
+
+    p = cfg["particles"]
+    p["n"] = _number("particles.n", p["n"], lo=2, hi=10**7, integer=True)
+    p["seed"] = _number("particles.seed", p["seed"], lo=0, integer=True)
+    p["rtol"] = _number("particles.rtol", p["rtol"], lo=1e-13, hi=1e-2)
+
+    s = cfg["spectral"]
+    s["enabled"] = _bool("spectral.enabled", s["enabled"])
+    s["lmax"] = _number("spectral.lmax", s["lmax"], lo=8, hi=1023, integer=True)
+    s["t_end"] = _number("spectral.t_end", s["t_end"], lo=0.0, lo_open=True)
+
+    o = cfg["output"]
+    if not isinstance(o["dir"], str) or not o["dir"]:
+        raise ConfigError(f"output.dir must be a non-empty path string; got {o['dir']!r}")
+    return cfg
+
+
+def load_config(path=None) -> dict:
+    """The default scenario, or the TOML file at ``path`` merged into it and validated."""
+    if path is None:
+        return validate_config({})
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no scenario file at {path}; give the path of a TOML file "
+                          "(see the README for its keys)")
+    try:
+        with open(path, "rb") as fh:
+            user = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    return validate_config(user)
