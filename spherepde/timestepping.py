@@ -136,7 +136,8 @@ def _check_times(times):
 def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None = None,
               rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
               retract: Callable = _add, callback: Callable | None = None,
-              dt_max: float | None = None, max_steps: int = 10_000_000, progress=None):
+              dt_max: float | None = None, max_steps: int = 10_000_000, progress=None,
+              adaptive: bool | None = None, keep: Callable | None = None):
     """Integrate dy/dt = f(t, y) and return the states at ``times`` (times[0] is y0's time).
 
     Parameters
@@ -158,30 +159,42 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         Upper bound for adaptive steps (e.g. a CFL limit).
     progress : callable progress(t), optional
         Called after every accepted step.
+    adaptive : bool, optional
+        Use the embedded pair's error control (default: whenever the tableau has one).
+        False runs an embedded pair at the fixed step ``dt`` (as the order test does).
+    keep : callable keep(i) -> bool, optional
+        Store the state at output i only when keep(i) is true (default: store all), so that
+        long runs with many outputs need not hold every state in memory.
 
     Returns
     -------
-    list of T states, and a dict of statistics (steps, rejected, function evaluations).
+    list of the stored states (all T by default), and a dict of statistics (steps, rejected,
+    function evaluations).
     """
     tab = get_scheme(scheme)
+    if adaptive is None:
+        adaptive = tab.adaptive
+    elif adaptive and not tab.adaptive:
+        raise ValueError(f"scheme {scheme!r} has no embedded error estimate; it cannot adapt "
+                         "its step (use scheme='dopri5')")
     times = _check_times(times)
     if dt is not None:
         dt = float(dt)
         if not np.isfinite(dt) or dt <= 0:
             raise ValueError(f"dt must be a positive finite number; got {dt}")
-    if not tab.adaptive and dt is None:
+    if not adaptive and dt is None:
         raise ValueError(f"scheme {scheme!r} has a fixed step: pass dt, or use scheme='dopri5' "
                          "with rtol/atol")
     y = y0
-    out = [y0]
+    out = [y0] if keep is None or keep(0) else []
     stats = {"steps": 0, "rejected": 0, "fevals": 0}
     if callback is not None:
         callback(0, times[0], y0)
-    if tab.adaptive:
+    if adaptive:
         h = dt if dt is not None else None
     for i in range(1, len(times)):
         t0, t1 = times[i - 1], times[i]
-        if not tab.adaptive:
+        if not adaptive:
             n = max(1, int(np.ceil((t1 - t0) / dt - 1e-12)))
             h_i = (t1 - t0) / n
             for k in range(n):
@@ -193,7 +206,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         else:
             t = t0
             if h is None:
-                h = _initial_step(f, t, y, tab.order, rtol, atol)
+                h = _initial_step(f, t, y, tab.order, rtol, atol, retract)
                 stats["fevals"] += 2
             while t < t1:
                 if stats["steps"] + stats["rejected"] > max_steps:
@@ -223,20 +236,22 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                     h = hh * max(0.2, 0.9 * en ** (-1.0 / (tab.err_order + 1)))
                 if h < 1e-14 * max(1.0, abs(t)):
                     raise RuntimeError(f"step size underflow at t = {t}; the solution may blow up")
-        out.append(y)
+        if keep is None or keep(i):
+            out.append(y)
         if callback is not None:
             callback(i, t1, y)
     return out, stats
 
 
-def _initial_step(f, t, y, order, rtol, atol):
-    """Hairer–Nørsett–Wanner's starting step heuristic (Solving ODEs I, II.4)."""
+def _initial_step(f, t, y, order, rtol, atol, retract=_add):
+    """Hairer–Nørsett–Wanner's starting step heuristic (Solving ODEs I, II.4); the trial
+    Euler step goes through the retraction so that f sees a valid (manifold) state."""
     f0 = f(t, y)
     scale = atol + rtol * np.abs(y)
     d0 = float(np.sqrt(np.mean((y / scale) ** 2)))
     d1 = float(np.sqrt(np.mean((f0 / scale) ** 2)))
     h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
-    f1 = f(t + h0, y + h0 * f0)
+    f1 = f(t + h0, retract(y, h0 * f0))
     d2 = float(np.sqrt(np.mean(((f1 - f0) / scale) ** 2))) / h0
     if max(d1, d2) <= 1e-15:
         h1 = max(1e-6, h0 * 1e-3)

@@ -1,0 +1,111 @@
+"""The Runge–Kutta registry: every scheme reaches its declared order on the sphere, and the
+adaptive default reaches 1e-8, both against the closed-form zero-temperature flow (SPEC §3.3)."""
+import numpy as np
+import pytest
+
+import spherepde as sp
+from spherepde import exact, timestepping as ts
+from spherepde.sphere import random_rotation, retract
+
+
+def rotating_model():
+    """beta = inf with B = 1.5·O (so s = t/1.5 exactly) and A = skew + small symmetric part.
+
+    The rotation keeps tokens moving for the whole run, so the global error accumulates
+    steadily instead of being damped near an attractor: clean asymptotic orders.
+    """
+    Q = 1.5 * random_rotation(3, 1)
+    K = random_rotation(3, 2)
+    B = Q.T @ K
+    S = np.array([[0.0, -2.0, 0.5], [2.0, 0.0, -1.0], [-0.5, 1.0, 0.0]])
+    A = S + np.diag([0.3, 0.0, -0.3])
+    V = A @ np.linalg.inv(B.T)
+    return sp.Model(Q, K, V, beta=np.inf)
+
+
+T_END = 2.0
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model = rotating_model()
+    x0 = sp.measures.Uniform(3).sample(8, seed=3)
+    ref = exact.zero_temperature_flow(model, x0, T_END)
+    return model, x0, ref
+
+
+def field(model):
+    return lambda t, x: model.velocity(x)
+
+
+@pytest.mark.parametrize("name", sorted(ts.SCHEMES))
+def test_empirical_order(problem, name):
+    model, x0, ref = problem
+    tab = ts.SCHEMES[name]
+    steps = np.array([16, 32, 64, 128, 256])
+    errs = []
+    for n in steps:
+        out, _ = ts.integrate(field(model), x0, [0.0, T_END], scheme=name, dt=T_END / n,
+                              retract=retract, adaptive=False)
+        errs.append(np.abs(out[-1] - ref).max())
+    errs = np.array(errs)
+    # Errors below 1e-12 are at the round-off floor (256 steps · 2e-16 plus the reference's
+    # own 1e-14): leave them out of the regression; at least 3 points must remain.
+    use = (errs > 1e-12) & (errs < 1e-1)
+    assert use.sum() >= 3, f"{name}: too few errors in the asymptotic range: {errs}"
+    slope = np.polyfit(np.log(T_END / steps[use]), np.log(errs[use]), 1)[0]
+    # the declared order, within 0.3 (the issue's acceptance band)
+    assert abs(slope - tab.order) < 0.3, f"{name}: slope {slope:.2f}, declared {tab.order}"
+
+
+def test_retraction_keeps_states_on_sphere(problem):
+    model, x0, _ = problem
+    out, _ = ts.integrate(field(model), x0, [0.0, T_END], scheme="euler", dt=0.1,
+                          retract=retract)
+    # the projective retraction normalizes every step: unit norm to round-off
+    assert np.abs(np.linalg.norm(out[-1], axis=1) - 1).max() < 1e-14
+
+
+def test_dopri5_default_tolerance_reaches_1e8(problem):
+    model, x0, ref = problem
+    out, stats = ts.integrate(field(model), x0, [0.0, 0.5, T_END], retract=retract)
+    # the documented default accuracy: ~1e-8 relative (positions are unit vectors)
+    assert np.abs(out[-1] - ref).max() < 1e-8
+    assert stats["steps"] > 0
+
+
+def test_adaptive_pair_tracks_tolerance(problem):
+    model, x0, ref = problem
+    errs = []
+    for rtol in (1e-5, 1e-7, 1e-9):
+        out, _ = ts.integrate(field(model), x0, [0.0, T_END], retract=retract, rtol=rtol,
+                              atol=rtol * 1e-2)
+        errs.append(np.abs(out[-1] - ref).max())
+    # tighter tolerance -> smaller error, and each error within 100 x its tolerance
+    # (global error = sum of local errors over ~10-100 steps)
+    assert errs[0] > errs[1] > errs[2]
+    assert all(e < 100 * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
+
+
+def test_bad_arguments():
+    f = lambda t, y: -y
+    with pytest.raises(ValueError, match="positive"):
+        ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4", dt=0.0)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        ts.integrate(f, np.ones(2), [0.0, 1.0, 1.0], scheme="rk4", dt=0.1)
+    with pytest.raises(ValueError, match="fixed step"):
+        ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4")
+    with pytest.raises(ValueError, match="embedded"):
+        ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4", dt=0.1, adaptive=True)
+    with pytest.raises(ValueError, match="unknown time-stepping scheme"):
+        ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk7", dt=0.1)
+
+
+def test_keep_stores_only_requested_outputs():
+    f = lambda t, y: -y
+    out, _ = ts.integrate(f, np.ones(1), np.linspace(0, 1, 11), scheme="rk4", dt=0.01,
+                          keep=lambda i: i % 5 == 0)
+    assert len(out) == 3
+    # y = e^{-t}; rk4 at dt = 0.01 has error ~ dt^4 = 1e-8
+    np.testing.assert_allclose([o[0] for o in out], np.exp(-np.array([0.0, 0.5, 1.0])),
+                               rtol=1e-8)
