@@ -1,0 +1,172 @@
+r"""Diagnostics of a token configuration mu = sum_i w_i delta_{x_i} on S^{d-1}.
+
+- :func:`interaction_energy` — :math:`E_\beta(\mu) = \frac{1}{2\beta}\iint e^{\beta\langle x,y
+  \rangle}\,d\mu\,d\mu` (SPEC §3.6), non-decreasing along SA and USA with Q = K = V = I.
+- :func:`mean_inner_product` — average of :math:`\langle x_i, x_j\rangle` over pairs.
+- :func:`cluster_count` — number of clusters at a stated chordal threshold.
+- :func:`common_hemisphere` — do all tokens lie in one open hemisphere?
+
+Everything runs in O(N) memory (the energy through the fused log-partition kernel, or a
+blocked numpy loop without numba).
+
+>>> import numpy as np, spherepde as sp
+>>> x = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+>>> sp.diagnostics.cluster_count(x)
+2
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linprog
+
+from .measures import PointCloud
+
+__all__ = ["interaction_energy", "log_partition", "mean_inner_product", "cluster_count",
+           "clusters", "common_hemisphere", "CLUSTER_TOL"]
+
+#: Default cluster threshold: chordal distance |x - y| below which two tokens are one cluster.
+CLUSTER_TOL = 1e-3
+
+
+def _cloud(mu, weights=None) -> PointCloud:
+    if isinstance(mu, PointCloud):
+        if weights is not None:
+            raise ValueError("pass weights either in the PointCloud or separately, not both")
+        return mu
+    return PointCloud(mu, weights)
+
+
+def log_partition(x, keys, weights, beta: float, chunk: int = 512) -> np.ndarray:
+    r""":math:`\log\sum_j w_j e^{\beta\langle x_i, k_j\rangle}` for queries x (m, d), keys (n, d),
+    weights (n,); returns (m,). O(m + n) memory with numba, O(chunk·n) without."""
+    try:
+        from .interaction.fused import log_partition_numba
+    except ImportError:  # numba missing: blocked numpy
+        from scipy.special import logsumexp
+
+        with np.errstate(divide="ignore"):
+            logw = np.log(weights)
+        out = np.empty(x.shape[0])
+        for s in range(0, x.shape[0], chunk):
+            out[s:s + chunk] = logsumexp(beta * (x[s:s + chunk] @ keys.T) + logw, axis=1)
+        return out
+    return log_partition_numba(x, keys, weights, beta)
+
+
+def interaction_energy(mu, weights=None, beta: float = 1.0, log: bool = False) -> float:
+    r"""Interaction energy :math:`E_\beta(\mu) = \frac{1}{2\beta}\sum_{i,j} w_i w_j
+    e^{\beta\langle x_i, x_j\rangle}` (SPEC §3.6, Q = K = V = I).
+
+    Parameters
+    ----------
+    mu : PointCloud or (N, d) points
+    weights : (N,), optional (default uniform)
+    beta : float > 0
+        At beta = 0 the energy is infinite; use :func:`mean_inner_product`, whose
+        :math:`\frac12|\int x\,d\mu|^2` is the beta -> 0 limit of E_beta - 1/(2 beta).
+    log : bool
+        Return log E_beta instead (no overflow for large beta).
+
+    Returns
+    -------
+    float
+    """
+    cloud = _cloud(mu, weights)
+    beta = float(beta)
+    if not np.isfinite(beta) or beta <= 0:
+        raise ValueError(f"the energy E_beta needs a finite beta > 0; got {beta}")
+    lz = log_partition(cloud.points, cloud.points, cloud.weights, beta)
+    w = cloud.weights
+    alive = w > 0
+    top = lz[alive].max()
+    log_e = top + np.log(np.sum(w[alive] * np.exp(lz[alive] - top))) - np.log(2.0 * beta)
+    return float(log_e) if log else float(np.exp(log_e))
+
+
+def mean_inner_product(mu, weights=None, exclude_diagonal: bool = True) -> float:
+    r"""Weighted mean of :math:`\langle x_i, x_j\rangle` over pairs, in O(N).
+
+    With ``exclude_diagonal`` (default) the pairs i != j:
+    :math:`(|\sum_i w_i x_i|^2 - \sum_i w_i^2)/(1 - \sum_i w_i^2)`, which for equiangular tokens
+    is their common inner product rho. Otherwise :math:`|\sum_i w_i x_i|^2` (all pairs).
+    """
+    cloud = _cloud(mu, weights)
+    m = cloud.weights @ cloud.points
+    total = float(m @ m)
+    if not exclude_diagonal:
+        return total
+    w2 = float(np.sum(cloud.weights ** 2))
+    if w2 >= 1.0 - 1e-15:
+        raise ValueError("a single token of weight 1 has no pairs i != j")
+    return (total - w2) / (1.0 - w2)
+
+
+def clusters(mu, tol: float = CLUSTER_TOL, weights=None):
+    """Greedy leader clustering at chordal threshold ``tol``.
+
+    Tokens are visited in order; each joins the first leader within chordal distance
+    ``tol`` or becomes a new leader. When every cluster has diameter below ``tol`` and
+    clusters are more than ``2 tol`` apart, this is exactly the partition into connected
+    components at scale ``tol``. Cost O(N·K) time, O(N + K) memory (K clusters).
+
+    Returns
+    -------
+    labels : (N,) int cluster index of every token
+    leaders : (K, d) one representative per cluster
+    masses : (K,) total weight of each cluster
+    """
+    cloud = _cloud(mu, weights)
+    tol = float(tol)
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0; got {tol}")
+    # |x - y|^2 = 2 - 2<x, y> for unit vectors: compare inner products
+    cos_min = 1.0 - 0.5 * tol * tol
+    x = cloud.points
+    labels = np.full(cloud.n, -1, dtype=np.int64)
+    leaders: list[int] = []
+    unassigned = np.arange(cloud.n)
+    while unassigned.size:
+        lead = unassigned[0]
+        near = x[unassigned] @ x[lead] >= cos_min
+        labels[unassigned[near]] = len(leaders)
+        leaders.append(lead)
+        unassigned = unassigned[~near]
+    masses = np.bincount(labels, weights=cloud.weights, minlength=len(leaders))
+    return labels, x[leaders], masses
+
+
+def cluster_count(mu, tol: float = CLUSTER_TOL, weights=None) -> int:
+    """Number of clusters: groups of tokens within chordal distance ``tol`` (default
+    :data:`CLUSTER_TOL` = 1e-3) of their leader; see :func:`clusters`."""
+    return int(clusters(mu, tol, weights)[1].shape[0])
+
+
+def common_hemisphere(mu, weights=None, margin: float = 1e-12):
+    r"""Do all tokens of positive weight lie in one open hemisphere {x : <v, x> > 0}?
+
+    Solves the linear program max t s.t. <v, x_i> >= t for all i, |v_k| <= 1 (O(N·d) memory);
+    the answer is yes iff t* > ``margin``. A quick test with v = sum_i w_i x_i comes first.
+
+    Returns
+    -------
+    (bool, v) : the answer and, when yes, a unit vector v with min_i <v, x_i> > 0 (else None).
+    """
+    cloud = _cloud(mu, weights)
+    x = cloud.points[cloud.weights > 0]
+    m = cloud.weights[cloud.weights > 0] @ x
+    nm = np.linalg.norm(m)
+    if nm > 0 and np.min(x @ m) > margin * nm:
+        return True, m / nm
+    d = x.shape[1]
+    c = np.zeros(d + 1)
+    c[-1] = -1.0  # maximize t
+    A = np.hstack([-x, np.ones((x.shape[0], 1))])  # t - <v, x_i> <= 0
+    res = linprog(c, A_ub=A, b_ub=np.zeros(x.shape[0]),
+                  bounds=[(-1.0, 1.0)] * d + [(None, 1.0)], method="highs")
+    if not res.success:
+        raise RuntimeError(f"hemisphere linear program failed: {res.message}")
+    t = -res.fun
+    if t > margin:
+        v = res.x[:d]
+        return True, v / np.linalg.norm(v)
+    return False, None
