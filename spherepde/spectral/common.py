@@ -1,0 +1,222 @@
+"""What the S^2 and S^1 spectral solvers share: input checks, the velocity path choice, the
+signed direct quadrature, the filter, the time loop, and the solution object's bookkeeping."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import warnings
+
+import numpy as np
+
+from .. import interaction, timestepping
+from ..interaction.funk_hecke import orthogonal_factor
+from ..measures import Measure, PointCloud, as_measure
+
+#: Default relative tolerance on the mass of the initial density.
+MASS_RTOL = 1e-6
+#: Default tolerance on the relative L2 norm of the unresolved part of the initial density.
+RESOLUTION_TOL = 1e-8
+
+
+class ResolutionWarning(UserWarning):
+    """The initial density has significant content beyond the chosen truncation."""
+
+
+def choose_path(model, path: str, d: int):
+    """Pick the velocity path: "funk_hecke" (B = c·O), "direct" or "zero_temperature"."""
+    if model.d != d:
+        raise ValueError(f"this solver works on S^{d - 1} (d = {d}); the model has d = {model.d}")
+    if model.zero_temperature:
+        if model.hardmax:
+            raise ValueError("hardmax is defined for discrete measures; the density solvers use the "
+                             "zero-temperature local field (pass hardmax=False)")
+        if path not in ("auto", "zero_temperature"):
+            raise ValueError(f"beta = inf uses the zero-temperature field; path={path!r} does not "
+                             "apply")
+        return "zero_temperature", None
+    fac = orthogonal_factor(model.B)
+    if path == "auto":
+        path = "funk_hecke" if fac is not None else "direct"
+    if path == "funk_hecke" and fac is None:
+        raise ValueError("the Funk–Hecke path needs B = Q^T K = c·O with O orthogonal; use "
+                         "path='direct' for a general B")
+    if path not in ("funk_hecke", "direct"):
+        raise ValueError(f"unknown velocity path {path!r}; choose 'auto', 'funk_hecke', 'direct' "
+                         "or (beta = inf) 'zero_temperature'")
+    return path, fac
+
+
+def density_callable(density0, d: int):
+    """A function x (..., d) -> density values, from a Measure or a callable (checked later)."""
+    if isinstance(density0, PointCloud):
+        raise TypeError("the density solvers need a density, not a point cloud; smooth it first "
+                        "(e.g. a Mixture of VonMisesFisher kernels) or use ParticleSolver")
+    if isinstance(density0, Measure):
+        if density0.d != d:
+            raise ValueError(f"density0 lives in d = {density0.d}; this solver needs d = {d}")
+        return density0.density
+    if callable(density0):
+        return density0
+    raise TypeError(f"density0 must be a spherepde measure or a callable density; got "
+                    f"{type(density0).__name__}")
+
+
+def initial_measure(density0, d):
+    try:
+        return as_measure(density0, d) if d == 3 or isinstance(density0, Measure) else density0
+    except (ValueError, TypeError):
+        return density0
+
+
+def check_values(values, what="density0"):
+    values = np.asarray(values, dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if np.any(bad):
+        raise ValueError(f"{what} is NaN or inf at {int(bad.sum())} of {values.size} grid nodes; "
+                         "repair the density (it must be finite everywhere on the sphere)")
+    return values
+
+
+def check_mass(mass, rtol):
+    if not abs(mass - 1.0) <= rtol:
+        raise ValueError(f"density0 integrates to {mass:.12g}, not 1 (off by {mass - 1:+.2e}, "
+                         f"tolerance {rtol:.0e}) against arc length/surface area; divide it by "
+                         "its integral (densities are relative to the uniform measure of total "
+                         "mass |S^{d-1}|, so the uniform density on S^2 is 1/(4 pi))")
+
+
+def warn_resolution(spectrum, lmax, tol, name="lmax"):
+    """spectrum[l] = L2 norm squared of degree l (up to some L2 > lmax)."""
+    total = float(spectrum.sum())
+    if total <= 0:
+        return 0.0
+    tail = np.sqrt(np.cumsum(spectrum[::-1])[::-1] / total)  # tail[l] = rel. norm of degrees >= l
+    rel = float(tail[lmax + 1]) if lmax + 1 < tail.size else 0.0
+    if rel > tol:
+        ok = np.nonzero(tail <= tol)[0]
+        need = (f"about {name} = {int(ok[0]) - 1}" if ok.size else
+                f"{name} > {tail.size - 1} (the analysis went no further)")
+        warnings.warn(f"density0 is not resolved at {name} = {lmax}: the part beyond it has "
+                      f"relative L2 norm {rel:.1e} (tolerance {tol:.0e}) and is dropped; "
+                      f"{need} would resolve it", ResolutionWarning, stacklevel=4)
+    return rel
+
+
+def signed_attention(x, keys, values, weights, beta, normalized, backend="auto"):
+    """Attention output for signed weights (a density that dipped below 0 on the grid).
+
+    The shared kernels take log(w), so non-negative weights go straight through. Otherwise the
+    positive and negative parts are summed separately with the unnormalized kernel on values
+    augmented by a column of ones, which returns both numerator N and partition Z;
+    SA = (N+ - N-)/(Z+ - Z-), USA = N+ - N-. This path raises (as USA does) when
+    beta·max<x, By> exceeds float64's range, which only a wildly under-resolved run reaches.
+    """
+    if np.all(weights >= 0):
+        return interaction.attention(x, keys, values, weights, beta, normalized, backend=backend)
+    pos, neg = np.maximum(weights, 0.0), np.maximum(-weights, 0.0)
+    aug = np.concatenate([values, np.ones((values.shape[0], 1))], axis=1)
+    acc = interaction.attention(x, keys, aug, pos, beta, False, backend=backend)
+    acc = acc - interaction.attention(x, keys, aug, neg, beta, False, backend=backend)
+    if normalized:
+        return acc[:, :-1] / acc[:, -1:]
+    return acc[:, :-1]
+
+
+def direct_energy(points, weights, B, beta, chunk=2048):
+    r""":math:`\frac{1}{2\beta}\sum_{ij} w_i w_j e^{\beta\langle x_i, B x_j\rangle}` (signed w),
+    with a global shift so that it overflows only when the energy itself does."""
+    if beta == 0:
+        return math.nan
+    keys = points @ B.T
+    shift = beta * float(np.linalg.norm(B, 2))
+    s = 0.0
+    for a in range(0, points.shape[0], chunk):
+        e = np.exp(beta * (points[a:a + chunk] @ keys.T) - shift)
+        s += float(weights[a:a + chunk] @ (e @ weights))
+    return safe_exp_times(s, shift) / (2.0 * beta)
+
+
+def safe_exp_times(s, log_scale):
+    """s·e^{log_scale} without spurious overflow (inf only if the value is beyond float64)."""
+    if s == 0:
+        return 0.0
+    try:
+        return math.copysign(math.exp(math.log(abs(s)) + log_scale), s)
+    except OverflowError:
+        return math.copysign(math.inf, s)
+
+
+def hyperviscosity(degree, top, strength, order):
+    r"""Filter rates :math:`\nu (\ell/L)^p` with the rate at the top degree = strength."""
+    return strength * (np.asarray(degree, dtype=np.float64) / max(top, 1)) ** order
+
+
+def run_time_loop(solver, y0, times, progress=None):
+    """March solver.rhs from y0 over ``times`` with the shared RK registry; at every output time
+    recompute the CFL bound from the current speed. Returns the list of states and stats."""
+    tab = timestepping.get_scheme(solver.scheme)
+    # the registry works on real arrays: march the complex coefficients as their float64 view
+    cplx = np.iscomplexobj(y0)
+
+    def f(t, yr):
+        if cplx:
+            return np.ascontiguousarray(solver.rhs(t, yr.view(np.complex128))).view(np.float64)
+        return solver.rhs(t, yr)
+
+    def as_state(yr):
+        return yr.view(np.complex128) if cplx else yr
+
+    out = [y0]
+    y = np.ascontiguousarray(y0).view(np.float64) if cplx else y0
+    stats = {"steps": 0, "rejected": 0, "fevals": 0}
+    scale = float(np.max(np.abs(y0)))
+    for i in range(1, len(times)):
+        t0, t1 = float(times[i - 1]), float(times[i])
+        dt_cfl = solver.cfl_step(as_state(y))
+        if tab.adaptive:
+            ys, st = timestepping.integrate(f, y, [t0, t1], solver.scheme, dt=solver.dt,
+                                            rtol=solver.rtol, atol=solver.atol * scale,
+                                            dt_max=dt_cfl, progress=progress)
+        else:
+            dt = solver.dt if solver.dt is not None else (dt_cfl if dt_cfl is not None else t1 - t0)
+            ys, st = timestepping.integrate(f, y, [t0, t1], solver.scheme, dt=dt,
+                                            progress=progress)
+        y = ys[-1]
+        if not np.all(np.isfinite(y)):
+            raise FloatingPointError(f"the solution became NaN/inf between t = {t0} and t = {t1}; "
+                                     "reduce the step (cfl) or raise lmax")
+        for k in stats:
+            stats[k] += st[k]
+        out.append(as_state(y).copy())
+    return out, stats
+
+
+def atomic_savez(path, **arrays):
+    """np.savez to a temporary file in the same folder, then rename (never a half-written file)."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def model_arrays(model):
+    return dict(Q=model.Q, K=model.K, V=model.V, beta=np.float64(model.beta),
+                normalized=np.bool_(model.normalized), d=np.int64(model.d))
+
+
+def model_from_arrays(z):
+    from ..model import Model
+
+    return Model(z["Q"], z["K"], z["V"], beta=float(z["beta"]), d=int(z["d"]),
+                 normalized=bool(z["normalized"]))
