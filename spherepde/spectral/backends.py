@@ -148,13 +148,16 @@ class ShtnsBackend(SHTBackend):
     name = "shtns"
     min_nlat = 32  # shtns refuses smaller Gauss grids
 
-    def __init__(self, lmax, nlat, nlon):
+    def __init__(self, lmax, nlat, nlon, nthreads: int = 1):
         super().__init__(lmax, nlat, nlon)
         import shtns
 
         self._shtns = shtns
-        sh = shtns.sht(self.lmax, self.lmax, 1, shtns.sht_orthonormal)
-        sh.set_grid(self.nlat, self.nlon, shtns.sht_gauss | shtns.SHT_PHI_CONTIGUOUS, 1e-10)
+        # One thread by default: shtns' OpenMP threads spin-wait, and on a loaded machine
+        # (or inside a parallel test run) that made one transform 80x slower (measured).
+        sh = shtns.sht(self.lmax, self.lmax, 1, shtns.sht_orthonormal, int(nthreads))
+        # sht_quick_init: Gauss grid, no timing-based algorithm choice (deterministic set-up)
+        sh.set_grid(self.nlat, self.nlon, shtns.sht_quick_init | shtns.SHT_PHI_CONTIGUOUS, 1e-10)
         if sh.nlat != self.nlat or sh.nphi != self.nlon:
             raise RuntimeError(f"shtns changed the grid to {sh.nlat} x {sh.nphi}")
         self._sh = sh
