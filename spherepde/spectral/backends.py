@@ -173,11 +173,13 @@ class ShtnsBackend(SHTBackend):
         slm = np.ascontiguousarray(slm, dtype=np.complex128)
         if tlm is None:
             return self._sh.synth_grad(slm)
-        return self._sh.synth(slm, np.ascontiguousarray(tlm, dtype=np.complex128))
+        # shtns' toroidal part is curl(T r) = -r x grad T: flip T to our convention
+        return self._sh.synth(slm, -np.ascontiguousarray(tlm, dtype=np.complex128))
 
     def vector_analysis(self, vt, vp):
-        return self._sh.analys(np.ascontiguousarray(vt, dtype=np.float64),
+        s, t = self._sh.analys(np.ascontiguousarray(vt, dtype=np.float64),
                                np.ascontiguousarray(vp, dtype=np.float64))
+        return s, -t
 
     def rotate(self, alm, R):
         R = _check_rotation(R)
