@@ -104,7 +104,7 @@ def test_fallback_without_shtns(monkeypatch):
         bk.get_backend("shtns")
     import spherepde as sp
 
-    sol = sp.SpectralSolver(sp.Model(beta=1.0), lmax=6).solve(
+    sol = sp.SpectralSolver(sp.Model(beta=1.0), lmax=10).solve(
         sp.measures.VonMisesFisher([0, 0, 1.0], 1.0), [0.0, 0.1])
     assert sol.backend == "ducc0"
 

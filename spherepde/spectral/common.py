@@ -78,12 +78,13 @@ def check_values(values, what="density0"):
     return values
 
 
-def check_mass(mass, rtol):
+def check_mass(mass, rtol, d=3):
     if not abs(mass - 1.0) <= rtol:
+        area, uni = ("surface area", "1/(4 pi) on S^2") if d == 3 else ("arc length",
+                                                                       "1/(2 pi) on S^1")
         raise ValueError(f"density0 integrates to {mass:.12g}, not 1 (off by {mass - 1:+.2e}, "
-                         f"tolerance {rtol:.0e}) against arc length/surface area; divide it by "
-                         "its integral (densities are relative to the uniform measure of total "
-                         "mass |S^{d-1}|, so the uniform density on S^2 is 1/(4 pi))")
+                         f"tolerance {rtol:.0e}) against {area}; divide it by its integral "
+                         f"(the uniform density is {uni})")
 
 
 def warn_resolution(spectrum, lmax, tol, name="lmax"):
@@ -192,16 +193,17 @@ def run_time_loop(solver, y0, times, progress=None):
     return out, stats
 
 
-def atomic_savez(path, **arrays):
+def atomic_savez(filename, **arrays):
     """np.savez to a temporary file in the same folder, then rename (never a half-written file)."""
-    path = os.fspath(path)
+    path = os.fspath(filename)
     if not path.endswith(".npz"):
         path += ".npz"
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
     os.close(fd)
     try:
-        np.savez(tmp, **arrays)
+        with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a name
+            np.savez(fh, **arrays)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -150,7 +150,7 @@ class FourierSolver:
             raise ValueError(f"the density callable must map points (..., 2) to values (...); "
                              f"got output shape {vals.shape} for input ({n2}, 2)")
         c = np.fft.rfft(vals) / n2
-        check_mass(2.0 * np.pi * c[0].real, self.mass_rtol)
+        check_mass(2.0 * np.pi * c[0].real, self.mass_rtol, d=2)
         spec = np.abs(c) ** 2 * np.where(np.arange(c.size) == 0, 1.0, 2.0)
         warn_resolution(spec, self.kmax, self.resolution_tol, name="kmax")
         out = c[: self.kmax + 1].copy()
@@ -180,7 +180,7 @@ class FourierSolver:
         y0 = self.project(density0)
         if self.filter_strength > 0:
             u0 = float(np.max(np.abs(self.angular_velocity(y0))))
-            rate = self.filter_strength * (self.kmax + 1) * (u0 if np.isfinite(u0) else 0.0)
+            rate = self.filter_strength * (u0 if np.isfinite(u0) else 0.0)
             self._nu = hyperviscosity(self.k, self.kmax, rate, self.filter_order)
         else:
             self._nu = np.zeros(self.kmax + 1)
