@@ -142,6 +142,44 @@ class SHTBackend:
         return f"{type(self).__name__}(lmax={self.lmax}, nlat={self.nlat}, nlon={self.nlon})"
 
 
+def _import_shtns():
+    """Import shtns, silencing the version banner its import prints (through Python's stdout
+    or C's, depending on the build)."""
+    import contextlib
+    import io
+    import os
+    import sys
+
+    mod = sys.modules.get("shtns")
+    if mod is not None:
+        return mod
+    if "shtns" in sys.modules:  # set to None: import blocked (as in the fallback test)
+        raise ImportError("shtns import is blocked")
+    saved = None
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no usable fd 1: let the banner through
+        saved = None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            import shtns
+    finally:
+        if saved is not None:
+            try:
+                import ctypes
+
+                ctypes.CDLL(None).fflush(None)
+            except Exception:
+                pass
+            os.dup2(saved, 1)
+            os.close(saved)
+    return shtns
+
+
 class ShtnsBackend(SHTBackend):
     """shtns (Schaeffer 2013), orthonormal harmonics with Condon–Shortley phase."""
 
@@ -150,8 +188,7 @@ class ShtnsBackend(SHTBackend):
 
     def __init__(self, lmax, nlat, nlon, nthreads: int = 1):
         super().__init__(lmax, nlat, nlon)
-        import shtns
-
+        shtns = _import_shtns()
         self._shtns = shtns
         # One thread by default: shtns' OpenMP threads spin-wait, and on a loaded machine
         # (or inside a parallel test run) that made one transform 80x slower (measured).
@@ -242,9 +279,9 @@ _BACKENDS = {"shtns": ShtnsBackend, "ducc0": Ducc0Backend}
 def available_backends() -> list[str]:
     """Names of the SHT libraries that import here, preferred first."""
     out = []
-    for name, mod in (("shtns", "shtns"), ("ducc0", "ducc0")):
+    for name, importer in (("shtns", _import_shtns), ("ducc0", lambda: __import__("ducc0"))):
         try:
-            __import__(mod)
+            importer()
         except ImportError:
             continue
         out.append(name)

@@ -68,7 +68,7 @@ class FourierSolver:
     >>> model = sp.Model(d=2, beta=5.0, normalized=False)
     >>> f = lambda x: (1 + 0.01 * x[..., 0]) / (2 * np.pi)
     >>> sol = sp.FourierSolver(model, kmax=32).solve(f, [0.0, 1.0])
-    >>> abs(sol.diagnostics["mass"][-1] - 1) < 1e-12
+    >>> bool(abs(sol.diagnostics["mass"][-1] - 1) < 1e-12)
     True
     """
 

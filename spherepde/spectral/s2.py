@@ -93,7 +93,7 @@ class SpectralSolver:
     >>> model = sp.Model(beta=1.0)
     >>> mu0 = sp.measures.VonMisesFisher([0, 0, 1.0], 2.0)
     >>> sol = sp.SpectralSolver(model, lmax=16).solve(mu0, [0.0, 0.5])
-    >>> abs(sol.diagnostics["mass"][-1] - 1) < 1e-12
+    >>> bool(abs(sol.diagnostics["mass"][-1] - 1) < 1e-12)
     True
     """
 
