@@ -128,6 +128,7 @@ def clusters(mu, tol: float = CLUSTER_TOL, weights=None):
     while unassigned.size:
         lead = unassigned[0]
         near = x[unassigned] @ x[lead] >= cos_min
+        near[0] = True  # the leader itself, even when <x, x> rounds below cos_min
         labels[unassigned[near]] = len(leaders)
         leaders.append(lead)
         unassigned = unassigned[~near]
