@@ -40,7 +40,7 @@ from scipy.special import ive
 from .reference import LOG_FLOAT_MAX, usa_overflow_error
 
 __all__ = ["orthogonal_factor", "spherical_multipliers", "circular_multipliers",
-           "attention_s2", "attention_s1"]
+           "funk_hecke_fields_s2", "local_frame", "attention_s2", "attention_s1"]
 
 #: B counts as c·orthogonal when ||B^T B / c^2 - I||_max <= this.
 ORTHOGONAL_RTOL = 1e-12
@@ -108,6 +108,46 @@ def _usa_scale(kappa, beta):
     return math.exp(kappa)
 
 
+def funk_hecke_fields_s2(rho_lm: np.ndarray, sht, O: np.ndarray, multipliers,
+                         radial: bool = True):
+    r"""The scaled Funk–Hecke fields on the grid of ``sht``, in the local frame.
+
+    Returns ``(G, Wr, wt, wp)``, each (nlat, nlon): with :math:`u = O^\top x`,
+    :math:`e^{-\kappa} G(u)` and the bracket :math:`[\,x\,W_r + w_\theta e_\theta +
+    w_\phi e_\phi]` with :math:`e^{-\kappa} W(u) = O^\top[\dots]` (module docstring).
+    ``radial=False`` skips Wr (returned as None) for callers whose M = V O^T is a multiple of
+    the identity, where the radial part never reaches the tangent plane.
+    """
+    g, r, q = multipliers
+    rho = np.asarray(rho_lm, dtype=np.complex128)
+    if np.linalg.det(O) < 0:  # O = -R: evaluate at -R^T x, Y_lm(-v) = (-1)^l Y_lm(v)
+        R = -O
+        rho = np.where(sht.l % 2 == 0, rho, -rho)
+    else:
+        R = O
+    if not np.allclose(R, np.eye(3), rtol=0, atol=1e-15):
+        rho = sht.rotate(rho, R)
+    ll = sht.l
+    G = sht.synthesis(g[ll] * rho)
+    Wr = sht.synthesis(r[ll] * rho) if radial else None
+    wt, wp = sht.gradient(q[ll] * rho)
+    return G, Wr, wt, wp
+
+
+def local_frame(nlat: int, nlon: int):
+    """(e_r, e_theta, e_phi), each (nlat, nlon, 3), on the Gauss grid (theta ascending)."""
+    x, _ = np.polynomial.legendre.leggauss(nlat)
+    ct = np.sort(x)[::-1][:, None]
+    st = np.sqrt(1.0 - ct**2)
+    phi = 2.0 * np.pi * np.arange(nlon) / nlon
+    cp, sp_ = np.cos(phi)[None, :], np.sin(phi)[None, :]
+    zero = np.zeros((nlat, nlon))
+    e_r = np.stack([st * cp, st * sp_, ct + zero], axis=-1)
+    e_t = np.stack([ct * cp, ct * sp_, -st + zero], axis=-1)
+    e_p = np.stack([-sp_ + zero, cp + zero, zero], axis=-1)
+    return e_r, e_t, e_p
+
+
 def attention_s2(rho_lm: np.ndarray, sht, c: float, O: np.ndarray, V: np.ndarray, beta: float,
                  normalized: bool, multipliers=None):
     r"""Attention output (before the tangent projection) on the grid of ``sht``.
@@ -129,44 +169,16 @@ def attention_s2(rho_lm: np.ndarray, sht, c: float, O: np.ndarray, V: np.ndarray
     log_scale : float, kappa (multiply G by e^{log_scale} to undo the scaling)
     """
     kappa = beta * c
-    g, r, q = multipliers if multipliers is not None else spherical_multipliers(sht.lmax, kappa)
-    rho = np.asarray(rho_lm, dtype=np.complex128)
-    if np.linalg.det(O) < 0:  # O = -R: evaluate at -R^T x, Y_lm(-v) = (-1)^l Y_lm(v)
-        R = -O
-        rho = np.where(sht.l % 2 == 0, rho, -rho)
-    else:
-        R = O
-    if not np.allclose(R, np.eye(3), rtol=0, atol=1e-15):
-        rho = sht.rotate(rho, R)
-    ll = sht.l
-    G = sht.synthesis(g[ll] * rho)
-    Wr = sht.synthesis(r[ll] * rho)
-    wt, wp = sht.gradient(q[ll] * rho)
-    grid_ct, grid_phi = _grid_angles(sht)
-    st = np.sqrt(1.0 - grid_ct**2)[:, None]
-    ct = grid_ct[:, None]
-    cp, sp_ = np.cos(grid_phi)[None, :], np.sin(grid_phi)[None, :]
-    # W = x Wr + wt e_theta + wp e_phi, in Cartesian components
-    Wx = st * cp * Wr + ct * cp * wt - sp_ * wp
-    Wy = st * sp_ * Wr + ct * sp_ * wt + cp * wp
-    Wz = ct * Wr - st * wt
-    W = np.stack([Wx, Wy, Wz], axis=-1)
-    M = V @ O.T  # = A / c
-    att = W @ M.T
+    mult = multipliers if multipliers is not None else spherical_multipliers(sht.lmax, kappa)
+    G, Wr, wt, wp = funk_hecke_fields_s2(rho_lm, sht, O, mult)
+    e_r, e_t, e_p = local_frame(sht.nlat, sht.nlon)
+    W = Wr[..., None] * e_r + wt[..., None] * e_t + wp[..., None] * e_p
+    att = W @ (V @ O.T).T  # V O^T = A / c
     if normalized:
         att = att / G[..., None]
     else:
         att = att * _usa_scale(kappa, beta)
     return att, G, kappa
-
-
-def _grid_angles(sht):
-    cache = getattr(sht, "_angles", None)
-    if cache is None:
-        x, _ = np.polynomial.legendre.leggauss(sht.nlat)
-        cache = (np.sort(x)[::-1], 2.0 * np.pi * np.arange(sht.nlon) / sht.nlon)
-        sht._angles = cache
-    return cache
 
 
 def attention_s1(rho_k: np.ndarray, n: int, c: float, O: np.ndarray, V: np.ndarray,

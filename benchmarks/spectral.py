@@ -1,0 +1,95 @@
+"""Spectral solver costs (issue 4).
+
+1. The Funk–Hecke right-hand side against one shtns analysis + synthesis pair on the standard
+   Gauss grid (nlat = L + 1, nlon = 2L + 2) at lmax = 255, as a ratio measured in the same run
+   (target <= 6). The right-hand side works on the 3/2-rule grid and includes: one synthesis of
+   rho, the Funk–Hecke syntheses (G, radial part, gradient), the flux, and one vector analysis
+   (plus a coefficient rotation when B is a rotation).
+2. The direct-quadrature path against grid size (O(n^2) in the number n of grid nodes).
+
+Run:  .venv/bin/python benchmarks/spectral.py [--lmax 255] [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import spherepde as sp
+from spherepde.spectral import SpectralSolver
+from spherepde.spectral.backends import available_backends, fft_size, get_backend
+
+
+def best_time(fn, repeat):
+    fn()  # warm-up (plans, caches, JIT)
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def random_state(solver, seed=0):
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal(solver.l.size) + 1j * rng.standard_normal(solver.l.size))
+    a *= 1e-3 * np.exp(-0.05 * solver.l)
+    a[solver.m == 0] = a[solver.m == 0].real
+    a[0] = 1 / np.sqrt(4 * np.pi)
+    return a
+
+
+def funk_hecke_ratio(lmax, repeat, backend):
+    cls = get_backend(backend)
+    sht = cls(lmax, max(lmax + 1, cls.min_nlat), fft_size(2 * lmax + 2))
+    rng = np.random.default_rng(1)
+    f = rng.standard_normal((sht.nlat, sht.nlon))
+    pair = best_time(lambda: sht.synthesis(sht.analysis(f)), repeat)
+    rows = []
+    for name, Q in (("B = I", np.eye(3)), ("B = rotation", sp.sphere.random_rotation(3, 0).T)):
+        for normalized in (True, False):
+            model = sp.Model(Q=Q, beta=9.0, normalized=normalized)
+            solver = SpectralSolver(model, lmax=lmax, backend=backend)
+            y = random_state(solver)
+            t = best_time(lambda: solver.rhs(0.0, y), repeat)
+            rows.append((name, "SA" if normalized else "USA", t, t / pair))
+    return sht, pair, rows, solver
+
+
+def direct_scaling(lmaxes, repeat, backend):
+    rows = []
+    model = sp.Model(Q=np.diag([1.0, 1.3, 0.8]), beta=4.0)
+    for L in lmaxes:
+        solver = SpectralSolver(model, lmax=L, backend=backend)
+        y = random_state(solver)
+        n = solver.grid.nlat * solver.grid.nlon
+        t = best_time(lambda: solver.rhs(0.0, y), repeat)
+        rows.append((L, solver.grid.nlat, solver.grid.nlon, n, t))
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lmax", type=int, default=255)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--backend", default="auto", choices=["auto"] + available_backends())
+    ap.add_argument("--direct", type=int, nargs="*", default=[8, 16, 24, 32, 48])
+    args = ap.parse_args(argv)
+
+    sht, pair, rows, solver = funk_hecke_ratio(args.lmax, args.repeat, args.backend)
+    print(f"backend {type(sht).__name__}, 1 thread")
+    print(f"analysis + synthesis pair, lmax = {args.lmax}, grid {sht.nlat} x {sht.nlon}: "
+          f"{pair * 1e3:.2f} ms")
+    print(f"Funk–Hecke RHS on the 3/2 grid {solver.grid.nlat} x {solver.grid.nlon}:")
+    for name, kind, t, ratio in rows:
+        print(f"  {name:13s} {kind:3s}: {t * 1e3:8.2f} ms = {ratio:5.2f} x pair "
+              f"({'meets' if ratio <= 6 else 'MISSES'} the <= 6 target)")
+    print("direct quadrature path (general B), one RHS:")
+    print("  lmax  nlat x nlon      n    time [s]   time/n^2 [ns]")
+    for L, nlat, nlon, n, t in direct_scaling(args.direct, max(1, args.repeat // 2), args.backend):
+        print(f"  {L:4d}  {nlat:4d} x {nlon:4d} {n:7d}  {t:9.4f}   {t / n**2 * 1e9:8.3f}")
+
+
+if __name__ == "__main__":
+    main()
