@@ -359,3 +359,44 @@ def test_general_B_uses_direct_path():
 
 def test_public_names():
     assert sp.SpectralSolver is SpectralSolver and sp.FourierSolver is FourierSolver
+
+
+def test_large_beta_approaches_zero_temperature_field():
+    # Laplace's method: for a smooth positive density the SA field is X_inf + O(1/beta), so the
+    # error falls 10x per decade of beta; beta up to 1e4 exercises the scaled Bessel multipliers
+    # (unscaled, i_l(1e4) ~ e^1e4 overflows)
+    V = np.diag([1.0, 0.5, -0.2])
+    s_inf = SpectralSolver(sp.Model(V=V, beta=np.inf), lmax=16, resolution_tol=1.0)
+    y = s_inf.project(MU0)
+    X_inf = s_inf.velocity(y)
+    errs = []
+    for beta in (1e3, 1e4):
+        s = SpectralSolver(sp.Model(V=V, beta=beta), lmax=16, resolution_tol=1.0)
+        assert s.path == "funk_hecke"
+        errs.append(np.abs(s.velocity(y) - X_inf).max() / np.abs(X_inf).max())
+        assert np.all(np.isfinite(s.rhs(0.0, y)))
+    assert errs[1] < 1e-3  # measured 3.0e-4: C/beta with C ~ 3
+    assert 8 < errs[0] / errs[1] < 12  # first order in 1/beta (measured 9.98)
+
+
+@pytest.mark.parametrize("rotation", [False, True], ids=["B=I", "B=rotation"])
+def test_zero_temperature_s1(rotation):
+    # S^1 against the closed form; the density stays entire, so the error falls geometrically
+    # in K (measured 5e-4, 7e-7, 9e-10, 8e-12 at K = 8, 16, 24, 32): > 100x per 8 modes
+    a = 0.9
+    B = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]) if rotation else np.eye(2)
+    model = sp.Model(Q=B.T, V=np.diag([0.5, -0.2]) @ B, d=2, beta=np.inf)
+    mu0 = sp.measures.VonMisesFisher([0.6, 0.8], 1.0)
+    ref_density = exact.zero_temperature_density(model, mu0, 0.5)
+    th = np.linspace(0, 2 * np.pi, 200)
+    x = np.stack([np.cos(th), np.sin(th)], -1)
+    ref = ref_density.density(x)
+    errs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResolutionWarning)
+        for K in (8, 16, 24):
+            sol = FourierSolver(model, kmax=K).solve(mu0, [0.0, 0.5])
+            errs.append(np.abs(sol.density(-1, x) - ref).max())
+            assert rel_change(sol.diagnostics["mass"]) < 1e-12
+    assert errs[0] / errs[1] > 100 and errs[1] / errs[2] > 100, errs
+    assert errs[-1] < 1e-8

@@ -109,14 +109,15 @@ def _usa_scale(kappa, beta):
 
 
 def funk_hecke_fields_s2(rho_lm: np.ndarray, sht, O: np.ndarray, multipliers,
-                         radial: bool = True):
+                         radial: bool = True, partition: bool = True):
     r"""The scaled Funk–Hecke fields on the grid of ``sht``, in the local frame.
 
     Returns ``(G, Wr, wt, wp)``, each (nlat, nlon): with :math:`u = O^\top x`,
     :math:`e^{-\kappa} G(u)` and the bracket :math:`[\,x\,W_r + w_\theta e_\theta +
     w_\phi e_\phi]` with :math:`e^{-\kappa} W(u) = O^\top[\dots]` (module docstring).
     ``radial=False`` skips Wr (returned as None) for callers whose M = V O^T is a multiple of
-    the identity, where the radial part never reaches the tangent plane.
+    the identity, where the radial part never reaches the tangent plane; ``partition=False``
+    skips G (None) for USA, which never divides by it.
     """
     g, r, q = multipliers
     rho = np.asarray(rho_lm, dtype=np.complex128)
@@ -128,7 +129,7 @@ def funk_hecke_fields_s2(rho_lm: np.ndarray, sht, O: np.ndarray, multipliers,
     if not np.allclose(R, np.eye(3), rtol=0, atol=1e-15):
         rho = sht.rotate(rho, R)
     ll = sht.l
-    G = sht.synthesis(g[ll] * rho)
+    G = sht.synthesis(g[ll] * rho) if partition else None
     Wr = sht.synthesis(r[ll] * rho) if radial else None
     wt, wp = sht.gradient(q[ll] * rho)
     return G, Wr, wt, wp

@@ -212,10 +212,11 @@ class SpectralSolver:
         rho = self.sht.synthesis(rho_lm)
         if self.path == "funk_hecke":
             G, Wr, wt, wp = funk_hecke_fields_s2(rho_lm, self.sht, self.O, self._mult,
-                                                 self._radial)
-            if Wr is None:
-                Wr = np.zeros_like(G) if self._zeros is None else self._zeros
-                self._zeros = Wr
+                                                 self._radial, self.model.normalized)
+            if self._zeros is None:
+                self._zeros = np.zeros_like(rho)
+            Wr = self._zeros if Wr is None else Wr
+            G = self._zeros if G is None else G  # USA: unused by the kernel
             _flux_fused(rho, G, Wr, wt, wp, self._C, self.model.normalized, self._usa_scale,
                         self._Ft, self._Fp)
             return -self.sht.divergence(self._Ft, self._Fp) - self._nu * rho_lm
