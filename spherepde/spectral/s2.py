@@ -5,9 +5,10 @@ r"""Spectral (spherical-harmonic) solver of the mean-field equation on S^2.
 
 One right-hand side:
 
-1. synthesize rho on the *dealiased* Gauss grid (3/2 rule: ``nlat = 3(L+1)/2 + 1``,
+1. synthesize rho on the *dealiased* Gauss grid (3/2 rule: ``nlat = ceil(3(L+1)/2)``,
    ``nlon >= 3L + 3``), where the product rho·X of a degree-L density and a velocity of degree
-   about L + 2 is integrated exactly against the degree-L test functions;
+   about L + 2 is integrated exactly against the degree-L test functions (Gauss with nlat
+   nodes is exact to degree 2 nlat - 1 >= 3L + 2);
 2. the attention output there by one of three paths: (a) Funk–Hecke when B = c·O
    (:mod:`spherepde.interaction.funk_hecke`), (b) direct quadrature over the dealiased grid
    through the shared interaction kernels (:func:`spherepde.interaction.attention`) for general
@@ -336,11 +337,14 @@ class SpectralSolution:
         dealiased grid)."""
         nlat = nlat or self.grid_shape[0]
         nlon = nlon or self.grid_shape[1]
-        cls = get_backend(self.backend)
-        if nlat < cls.min_nlat:
-            cls = get_backend("ducc0")
-        sht = cls(self.lmax, nlat, nlon)
-        return GaussGrid(nlat, nlon), sht.synthesis(self.coefficients[i])
+        grid = GaussGrid(nlat, nlon)
+        try:
+            cls = get_backend(self.backend)
+        except (ImportError, ValueError):  # saved elsewhere with another SHT library
+            cls = get_backend("auto")
+        if nlat < max(cls.min_nlat, self.lmax + 1) or nlon < 2 * self.lmax + 1:
+            return grid, evaluate_points(self.coefficients[i], self.lmax, grid.points)
+        return grid, cls(self.lmax, nlat, nlon).synthesis(self.coefficients[i])
 
     def measure(self, i: int) -> PointCloud:
         """Output i as a :class:`PointCloud` of the dealiased grid's nodes weighted by quadrature
