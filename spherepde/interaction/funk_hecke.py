@@ -40,7 +40,8 @@ from scipy.special import ive
 from .reference import LOG_FLOAT_MAX, usa_overflow_error
 
 __all__ = ["orthogonal_factor", "spherical_multipliers", "circular_multipliers",
-           "funk_hecke_fields_s2", "local_frame", "attention_s2", "attention_s1"]
+           "funk_hecke_fields_s2", "local_frame", "attention_s2", "attention_s1",
+           "GeneralFunkHecke"]
 
 #: B counts as c·orthogonal when ||B^T B / c^2 - I||_max <= this.
 ORTHOGONAL_RTOL = 1e-12
@@ -236,3 +237,116 @@ def _synth_two_sided(ck: np.ndarray, n: int) -> np.ndarray:
     buf[: Kp + 1] = ck[Kp:]
     buf[n - Kp:] = ck[:Kp]
     return np.fft.ifft(buf) * n
+
+
+class GeneralFunkHecke:
+    r"""Sub-quadratic attention on S^2 for a general invertible B (the stretch goal of issue 4).
+
+    With :math:`\kappa(x) = \beta|B^\top x|` and :math:`n(x) = B^\top x/|B^\top x|`, the kernel is
+    :math:`e^{\kappa(x)\langle n(x), y\rangle}`: zonal around n(x) with a strength that varies
+    with x between :math:`\beta\sigma_{\min}(B)` and :math:`\beta\sigma_{\max}(B)`. The scaled
+    Funk–Hecke multipliers (g, r, q of :func:`spherical_multipliers`) are smooth in kappa, so
+    they are expanded in P Chebyshev polynomials on that interval (P chosen so that the
+    dropped coefficients are below ``tol`` of the largest), and for each term the fields G,
+    W_r and grad Q are synthesized at the off-grid directions n(x) with ducc0's general
+    (NUFFT-based) synthesis: O(P (L^2 log L + m)) per evaluation instead of O(m n) for the
+    direct quadrature.
+
+    Parameters
+    ----------
+    lmax : int
+    points : (m, 3) where the attention is wanted
+    B, V : (3, 3)
+    beta : float
+    normalized : bool
+    tol : float
+        Relative truncation of the Chebyshev series (and the NUFFT accuracy, >= 2e-13).
+    max_terms : int
+    """
+
+    def __init__(self, lmax, points, B, V, beta, normalized, tol=1e-13, max_terms=96):
+        import ducc0
+
+        self._sht = ducc0.sht
+        self.lmax, self.beta, self.normalized = int(lmax), float(beta), bool(normalized)
+        self.V = np.asarray(V, dtype=np.float64)
+        pts = np.asarray(points, dtype=np.float64).reshape(-1, 3)
+        bx = pts @ np.asarray(B, dtype=np.float64)  # rows B^T x
+        r = np.linalg.norm(bx, axis=-1)
+        if np.any(r == 0):
+            raise ValueError("B is singular: B^T x = 0 for some grid point")
+        self.kappa = beta * r
+        self.n = bx / r[:, None]
+        self.loc = np.ascontiguousarray(np.stack(
+            [np.arccos(np.clip(self.n[:, 2], -1, 1)),
+             np.mod(np.arctan2(self.n[:, 1], self.n[:, 0]), 2 * np.pi)], axis=-1))
+        th, ph = self.loc[:, 0], self.loc[:, 1]
+        ct, st, cp, sp_ = np.cos(th), np.sin(th), np.cos(ph), np.sin(ph)
+        self.e_t = np.stack([ct * cp, ct * sp_, -st], axis=-1)
+        self.e_p = np.stack([-sp_, cp, np.zeros_like(cp)], axis=-1)
+        self.eps = max(float(tol), 2.1e-13)
+        sv = np.linalg.svd(np.asarray(B, dtype=np.float64), compute_uv=False)
+        self.kmin, self.kmax_ = beta * sv[-1], beta * sv[0]
+        if not normalized and self.kmax_ > LOG_FLOAT_MAX:
+            raise usa_overflow_error(self.kmax_, beta)
+        self.coef = self._chebyshev(tol, max_terms)  # (3, P, lmax + 1)
+        half = 0.5 * (self.kmax_ - self.kmin)
+        s = (self.kappa - 0.5 * (self.kmax_ + self.kmin)) / half if half > 0 else 0 * self.kappa
+        P = self.coef.shape[1]
+        self.T = np.cos(np.arange(P)[:, None] * np.arccos(np.clip(s, -1, 1))[None, :])  # (P, m)
+        from ..spectral.backends import lm_arrays
+
+        self.l, _ = lm_arrays(self.lmax)
+        self.sq = np.sqrt(self.l * (self.l + 1.0))
+
+    def _chebyshev(self, tol, max_terms):
+        if self.kmax_ - self.kmin <= 1e-14 * max(1.0, self.kmax_):
+            return np.stack(spherical_multipliers(self.lmax, self.kmin))[:, None, :]
+        P = 8
+        while True:
+            nodes = np.cos(np.pi * (np.arange(P) + 0.5) / P)
+            kap = 0.5 * (self.kmax_ + self.kmin) + 0.5 * (self.kmax_ - self.kmin) * nodes
+            vals = np.stack([np.stack(spherical_multipliers(self.lmax, k)) for k in kap],
+                            axis=1)  # (3, P, L + 1)
+            # Chebyshev coefficients by the discrete cosine transform at the Chebyshev nodes
+            Tm = np.cos(np.outer(np.arange(P), np.pi * (np.arange(P) + 0.5) / P))  # (P, P)
+            c = (2.0 / P) * np.einsum("pj,ajl->apl", Tm, vals)
+            c[:, 0] *= 0.5
+            scale = np.abs(c).max(axis=1, keepdims=True) + 1e-300
+            if np.all(np.abs(c[:, -2:]) <= tol * scale) or P >= max_terms:
+                keep = P
+                while keep > 1 and np.all(np.abs(c[:, keep - 1]) <= tol * scale[:, 0]):
+                    keep -= 1
+                return c[:, :keep]
+            P *= 2
+
+    def _synth(self, alm, spin):
+        if spin == 0:
+            return self._sht.synthesis_general(alm=alm[None], spin=0, lmax=self.lmax, loc=self.loc,
+                                               epsilon=self.eps)[0]
+        return self._sht.synthesis_general(alm=alm[None], spin=1, lmax=self.lmax, loc=self.loc,
+                                           epsilon=self.eps, mode="GRAD_ONLY")
+
+    def attention(self, rho_lm, partition: bool | None = None):
+        """Attention output (m, 3) before the tangent projection, and the scaled partition
+        e^{-kappa(x)} Z(x) (m,) (computed for SA, or when ``partition=True``; else None)."""
+        want_G = self.normalized if partition is None else (partition or self.normalized)
+        rho = np.asarray(rho_lm, dtype=np.complex128)
+        l = self.l
+        G = np.zeros(self.kappa.shape)
+        Wr = np.zeros_like(G)
+        wt = np.zeros_like(G)
+        wp = np.zeros_like(G)
+        for p in range(self.coef.shape[1]):
+            Tp = self.T[p]
+            if want_G:
+                G += Tp * self._synth(self.coef[0, p][l] * rho, 0)
+            Wr += Tp * self._synth(self.coef[1, p][l] * rho, 0)
+            v = self._synth(self.coef[2, p][l] * self.sq * rho, 1)
+            wt += Tp * v[0]
+            wp += Tp * v[1]
+        W = self.n * Wr[:, None] + self.e_t * wt[:, None] + self.e_p * wp[:, None]
+        att = W @ self.V.T
+        if self.normalized:
+            return att / G[:, None], G
+        return att * np.exp(self.kappa)[:, None], (G if want_G else None)

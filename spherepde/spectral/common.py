@@ -41,9 +41,9 @@ def choose_path(model, path: str, d: int):
     if path == "funk_hecke" and fac is None:
         raise ValueError("the Funk–Hecke path needs B = Q^T K = c·O with O orthogonal; use "
                          "path='direct' for a general B")
-    if path not in ("funk_hecke", "direct"):
-        raise ValueError(f"unknown velocity path {path!r}; choose 'auto', 'funk_hecke', 'direct' "
-                         "or (beta = inf) 'zero_temperature'")
+    if path not in ("funk_hecke", "direct", "chebyshev"):
+        raise ValueError(f"unknown velocity path {path!r}; choose 'auto', 'funk_hecke', 'direct', "
+                         "'chebyshev' (S^2) or (beta = inf) 'zero_temperature'")
     return path, fac
 
 

@@ -27,8 +27,8 @@ import math
 import numpy as np
 
 from .. import interaction
-from ..interaction.funk_hecke import (attention_s2, funk_hecke_fields_s2, local_frame,
-                                     spherical_multipliers)
+from ..interaction.funk_hecke import (GeneralFunkHecke, attention_s2, funk_hecke_fields_s2,
+                                     local_frame, spherical_multipliers)
 from ..interaction.reference import LOG_FLOAT_MAX, usa_overflow_error
 from ..measures import PointCloud
 from ..sphere import GaussGrid, as_points
@@ -81,9 +81,12 @@ class SpectralSolver:
         Truncation degree L of the density.
     backend : "auto" | "shtns" | "ducc0"
         SHT library ("auto": shtns when importable, ducc0 otherwise).
-    path : "auto" | "funk_hecke" | "direct"
+    path : "auto" | "funk_hecke" | "direct" | "chebyshev"
         Velocity path; "auto" takes Funk–Hecke when B = c·orthogonal, direct quadrature
-        otherwise, and the zero-temperature field when beta = inf.
+        otherwise (O(n^2) in the grid size n), and the zero-temperature field when beta = inf.
+        "chebyshev" (needs ducc0) is the sub-quadratic path for general B of
+        :class:`spherepde.interaction.funk_hecke.GeneralFunkHecke` (Funk–Hecke multipliers
+        expanded in Chebyshev polynomials of kappa = beta |B^T x|, off-grid synthesis).
     scheme : name in :data:`spherepde.timestepping.SCHEMES`
         Default "dopri5": adaptive, with ``rtol``/``atol`` (atol relative to the largest initial
         coefficient) and steps capped by the CFL bound. At the defaults the local time error per
@@ -178,6 +181,9 @@ class SpectralSolver:
         elif self.path == "direct":
             self._keys = self._points_flat @ model.B.T
             self._values = self._points_flat @ model.V.T
+        elif self.path == "chebyshev":
+            self._gfh = GeneralFunkHecke(lmax, self._points_flat, model.B, model.V, model.beta,
+                                         model.normalized)
         else:
             self._att0 = interaction.zero_temperature_attention(
                 self._points_flat, model.A, model.B).reshape(pts.shape)
@@ -195,6 +201,9 @@ class SpectralSolver:
             return att, G
         if self.path == "zero_temperature":
             return self._att0, None
+        if self.path == "chebyshev":
+            att, G = self._gfh.attention(rho_lm)
+            return att.reshape(self.grid.points.shape), G
         if rho_grid is None:
             rho_grid = self.sht.synthesis(rho_lm)
         w = self._weights_flat * rho_grid.reshape(-1)
@@ -264,6 +273,11 @@ class SpectralSolver:
         elif self.path == "funk_hecke":
             _, G = self.attention(rho_lm)
             energy = safe_exp_times(float(self.grid.integrate(rho * G)), m.beta * self.c) / (2 * m.beta)
+        elif self.path == "chebyshev":  # G carries e^{-kappa(x)}: shift by the largest kappa
+            _, G = self._gfh.attention(rho_lm, partition=True)
+            k = self._gfh.kappa
+            s = float(np.sum(self._weights_flat * rho.reshape(-1) * G * np.exp(k - k.max())))
+            energy = safe_exp_times(s, float(k.max())) / (2 * m.beta)
         else:
             energy = direct_energy(self._points_flat, self._weights_flat * rho.reshape(-1), m.B,
                                    m.beta)
