@@ -12,7 +12,10 @@ One right-hand side:
 2. the attention output there by one of three paths: (a) Funk–Hecke when B = c·O
    (:mod:`spherepde.interaction.funk_hecke`), (b) direct quadrature over the dealiased grid
    through the shared interaction kernels (:func:`spherepde.interaction.attention`) for general
-   B, (c) the zero-temperature local field;
+   B, with weights = quadrature weight × rho (where a truncated rho dips below 0 the positive
+   and negative parts are summed separately, see
+   :func:`spherepde.spectral.common.signed_attention`), (c) the zero-temperature local field;
+   optionally (d) the sub-quadratic Chebyshev–Funk–Hecke path for general B;
 3. the flux F = rho P_x(attention), its divergence by a vector (spheroidal) analysis,
    :math:`(\operatorname{div}F)_{\ell m} = -\ell(\ell+1) S_{\ell m}`;
 4. the filter (a spectral hyperviscosity, see :class:`SpectralSolver`).
