@@ -29,11 +29,22 @@ def test_numba_backend_is_registered():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("d", [2, 3, 8])
 @pytest.mark.parametrize("normalized", [True, False])
-def test_backend_matches_reference(backend, d, normalized):
-    # n = 2500 spans three key tiles of the fused kernel (online-softmax rescaling)
+@pytest.mark.parametrize("beta", [3.0, 400.0])
+def test_backend_matches_reference(backend, d, normalized, beta):
+    # n = 2500 spans three key tiles of the fused kernel; beta = 3 takes its fixed-shift path
+    # (fused single pass for d = 2, 3), beta = 400 its online-softmax path (rescaling)
     x, keys, values, w = random_problem(d, 2500, 300, seed=d)
-    ref = attention_numpy(x, keys, values, w, 3.0, normalized)
-    out = interaction.attention(x, keys, values, w, 3.0, normalized, backend=backend)
+    if not normalized and beta > 10:
+        # USA's e^{beta <x, k>} must stay inside float64: beta max|k| = 350 (logits spread
+        # over 700 > 600, still the online path)
+        keys = keys * (350.0 / beta / np.linalg.norm(keys, axis=1).max())
+    if backend == "numba":
+        from spherepde.interaction.fused import _log_weights, _shifts
+
+        fixed = ~np.isnan(_shifts(x, np.ascontiguousarray(keys.T), _log_weights(w), beta))
+        assert fixed.all() if beta == 3.0 else not fixed.any()
+    ref = attention_numpy(x, keys, values, w, beta, normalized)
+    out = interaction.attention(x, keys, values, w, beta, normalized, backend=backend)
     # the agreement target, relative to the size of the output
     assert np.abs(out - ref).max() <= 1e-10 * np.abs(ref).max()
 

@@ -27,9 +27,15 @@ def available_backends() -> list[str]:
     return sorted(BACKENDS)
 
 
-def _load_optional() -> None:
-    """Import optional backends on first use (numba compiles, torch is heavy)."""
-    for mod in ("fused", "torch_backend"):
+#: optional backend name -> module that registers it on import
+_OPTIONAL = {"numba": "fused", "torch": "torch_backend"}
+
+
+def _load_optional(name: str | None = None) -> None:
+    """Import optional backends on first use (numba compiles, torch is heavy): only the
+    module of backend ``name`` when given, so that asking for numba never imports torch."""
+    mods = _OPTIONAL.values() if name is None else [_OPTIONAL[name]] if name in _OPTIONAL else []
+    for mod in mods:
         try:
             __import__(f"{__name__}.{mod}")
         except ImportError:
@@ -46,11 +52,11 @@ def attention(x, keys, values, weights, beta: float, normalized: bool = True,
     if backend == "auto":
         backend = "numpy"
         if x.shape[0] * keys.shape[0] >= 1 << 20:
-            _load_optional()
+            _load_optional("numba")
             if "numba" in BACKENDS:
                 backend = "numba"
     if backend not in BACKENDS:
-        _load_optional()
+        _load_optional(backend)
     try:
         fn = BACKENDS[backend]
     except KeyError:

@@ -1,0 +1,154 @@
+"""Speed and memory of the particle interaction (issue 3's performance targets).
+
+1. The fused numba kernel vs the naive dense numpy N×N implementation researchers write,
+   N = 16384, d = 3, float64, SA, measured in the same run (target: >= 10x).
+2. Peak memory of an N = 10^5 particle run (one explicit Euler step of ParticleSolver with the
+   numba backend), measured in a fresh subprocess by its VmHWM (target: < 300 MB) and with
+   tracemalloc for the numpy allocations.
+3. With a CUDA GPU and torch: float32 pair interactions per second at N = 2^20, d = 3, and the
+   max abs error against float64 (target: >= 0.5e12 pairs/s, error <= 1e-5). Skipped without.
+
+Usage: python benchmarks/particles.py [--n 16384] [--n-memory 100000] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def naive_dense(x, B, V, beta):
+    """What a one-off script does: the full N×N logits, softmax, matrix product."""
+    S = beta * (x @ B @ x.T)  # <x_i, B x_j>
+    S = S - S.max(axis=1, keepdims=True)
+    W = np.exp(S)
+    W = W / W.sum(axis=1, keepdims=True)
+    return W @ (x @ V.T)
+
+
+def best_time(fn, repeat):
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def speed(n, d, beta, repeat):
+    from spherepde.interaction.fused import attention_numba
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    B = np.eye(d) + 0.1 * rng.standard_normal((d, d))
+    V = np.eye(d) + 0.1 * rng.standard_normal((d, d))
+    w = np.full(n, 1.0 / n)
+    attention_numba(x[:64], x[:64] @ B.T, x[:64] @ V.T, w[:64] * n / 64, beta, True)  # compile
+    t_fused, out_fused = best_time(
+        lambda: attention_numba(x, x @ B.T, x @ V.T, w, beta, True), repeat)
+    t_naive, out_naive = best_time(lambda: naive_dense(x, B, V, beta), max(1, repeat - 1))
+    err = float(np.abs(out_fused - out_naive).max())
+    return t_fused, t_naive, err
+
+
+_MEMORY_CHILD = r"""
+import json, sys, tracemalloc, time
+import numpy as np
+import spherepde as sp
+
+def hwm_mb():
+    # VmHWM: peak resident set of this process image (reset by exec, unlike ru_maxrss)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+
+n, d = int(sys.argv[1]), 3
+model = sp.Model(beta=1.0, d=d)
+solver = sp.ParticleSolver(model, method="euler", dt=0.01, backend="numba")
+solver.solve(sp.measures.Uniform(d).sample(256, seed=0), [0.0, 0.01])  # import, compile
+base = hwm_mb()
+x0 = sp.measures.Uniform(d).sample(n, seed=1)
+tracemalloc.start()
+t = time.perf_counter()
+traj = solver.solve(x0, [0.0, 0.01])
+wall = time.perf_counter() - t
+_, traced = tracemalloc.get_traced_memory()
+peak = hwm_mb()
+print(json.dumps(dict(base_mb=base, peak_mb=peak, traced_mb=traced / 2**20, wall_s=wall)))
+"""
+
+
+def memory(n):
+    res = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(n)], capture_output=True,
+                         text=True, check=True, env=dict(os.environ))
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def gpu(n=1 << 20, d=3, beta=5.0):
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from spherepde.interaction.torch_backend import attention_tensors
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn((n, d), device="cuda", dtype=torch.float64, generator=g)
+    x /= x.norm(dim=1, keepdim=True)
+    logw = torch.full((n,), -np.log(n), device="cuda", dtype=torch.float64)
+    ref, _ = attention_tensors(x, x, x, logw, beta, True)
+    x32, lw32 = x.float(), logw.float()
+    attention_tensors(x32[:4096], x32[:4096], x32[:4096], lw32[:4096], beta, True)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    out, _ = attention_tensors(x32, x32, x32, lw32, beta, True)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    return dict(pairs_per_s=n * n / wall, max_abs_err=float((out.double() - ref).abs().max()),
+                device=torch.cuda.get_device_name())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16384)
+    ap.add_argument("--d", type=int, default=3)
+    ap.add_argument("--beta", type=float, default=5.0)
+    ap.add_argument("--n-memory", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    import numba
+
+    print(f"# particles benchmark: {os.cpu_count()} CPU(s), numba {numba.__version__} with "
+          f"{numba.config.NUMBA_NUM_THREADS} threads, numpy {np.__version__}")
+    mem = memory(args.n_memory)
+    print(f"N = {args.n_memory}, one Euler step of ParticleSolver (numba): "
+          f"{mem['wall_s']:.2f} s")
+    print(f"peak RSS {mem['peak_mb']:.0f} MB (interpreter + libraries after warm-up: "
+          f"{mem['base_mb']:.0f} MB); numpy/python allocations during the run (tracemalloc): "
+          f"{mem['traced_mb']:.1f} MB; target < 300 MB")
+
+    t_fused, t_naive, err = speed(args.n, args.d, args.beta, args.repeat)
+    pairs = args.n ** 2
+    print(f"\n{'N = %d, d = %d, float64, SA' % (args.n, args.d):<40}{'time [s]':>10}{'pairs/s':>12}")
+    print(f"{'naive dense numpy N x N':<40}{t_naive:>10.3f}{pairs / t_naive:>12.3e}")
+    print(f"{'fused numba (online softmax)':<40}{t_fused:>10.3f}{pairs / t_fused:>12.3e}")
+    print(f"speed-up {t_naive / t_fused:.1f}x (target >= 10x); max |fused - naive| = {err:.1e}")
+
+    g = gpu()
+    if g is None:
+        print("\nGPU: no CUDA device (or no torch): the H200 figure is not measured here")
+    else:
+        print(f"\nGPU {g['device']}: float32 N = 2^20, d = 3: {g['pairs_per_s']:.3e} pairs/s, "
+              f"max abs error vs float64 {g['max_abs_err']:.1e} (targets 0.5e12, 1e-5)")
+
+
+if __name__ == "__main__":
+    main()
