@@ -7,7 +7,7 @@ names the key and what it accepts.
 .. code-block:: toml
 
     [model]
-    eigenvalues = [1.0, 0.4, -0.6]   # eigenvalues of A = V B^T, descending; gap = 1st - 2nd
+    eigenvalues = [1.0, 0.4, 0.0]    # eigenvalues of A = V B^T, descending; gap = 1st - 2nd
     rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
     rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
     normalized = true                # SA (true) or USA (false)
@@ -23,14 +23,15 @@ names the key and what it accepts.
     n_times = 41                     # output times, equally spaced in [0, t_end]
 
     [particles]
-    n = 3000                         # number of tokens
+    n = 2000                         # number of tokens
     seed = 0
-    rtol = 1e-7                      # tolerance of the adaptive Dormand–Prince pair
+    rtol = 1e-6                      # tolerance of the adaptive Dormand–Prince pair
 
     [spectral]
     enabled = true
-    lmax = 48                        # spherical-harmonic degree
-    t_end = 3.0                      # the density sharpens like e^{-gamma t}: stop while resolved
+    lmax = 64                        # spherical-harmonic degree
+    t_end = 2.0                      # the density sharpens like e^{-(mu_1 - mu_3) t}; the run
+                                     # also ends early once it is no longer resolved
 
     [output]
     dir = "spherepde-output"
@@ -55,15 +56,15 @@ class ConfigError(ValueError):
 
 DEFAULT = {
     "model": {
-        "eigenvalues": [1.0, 0.4, -0.6],
+        "eigenvalues": [1.0, 0.4, 0.0],
         "rotation_angle": 0.9,
         "rotation_axis": [1.0, 1.0, 1.0],
         "normalized": True,
     },
     "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5},
     "run": {"betas": [4.0, 16.0, 64.0, "inf"], "t_end": 8.0, "n_times": 41},
-    "particles": {"n": 3000, "seed": 0, "rtol": 1e-7},
-    "spectral": {"enabled": True, "lmax": 48, "t_end": 3.0},
+    "particles": {"n": 2000, "seed": 0, "rtol": 1e-6},
+    "spectral": {"enabled": True, "lmax": 64, "t_end": 2.0},
     "output": {"dir": "spherepde-output"},
 }
 

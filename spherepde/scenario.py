@@ -21,10 +21,14 @@ import numpy as np
 
 from . import io
 from .config import load_config, validate_config
-from .measures import Mixture, Uniform, VonMisesFisher
+from .measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from .model import Model
 
 __all__ = ["build_model", "build_initial", "run_scenario"]
+
+#: The spectral runs end once the density's negative mass exceeds this: past it the density is
+#: no longer resolved at the chosen lmax, and the curve would measure the truncation instead.
+NEGATIVE_MASS_STOP = 1e-3
 
 
 def rotation_matrix(axis, angle: float) -> np.ndarray:
@@ -102,6 +106,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     ref_model = build_model(cfg, math.inf if cfg["model"]["normalized"] else betas[0])
     report = ref_model.check_assumptions()
     limit = ref_model.limit_measure(mu0)  # Pi#rho_0: two atoms, masses by quadrature
+    limit_particles = ref_model.limit_measure(PointCloud(x0))  # Pi#mu^N_0
     e = ref_model.dominant_subspace()[:, 0]
 
     spectral_ok = s["enabled"]
@@ -133,19 +138,25 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
             t0 = time.perf_counter()
             if kind == "particles":
                 traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(x0, times)
-                vals = np.array([float(w2(traj.measure(i), limit).value) for i in range(len(times))])
+                # Against Pi#mu^N_0 (the empirical half-sphere masses), not Pi#rho_0: the
+                # O(N^-1/2) mass mismatch would otherwise put a floor under the curve.
+                vals = np.array([float(w2(traj.measure(i), limit_particles).value)
+                                 for i in range(len(times))])
                 data = {"times": times, "w2": vals, "positions": traj.positions[:: max(1, len(times) // 4)],
                         "snapshot_times": times[:: max(1, len(times) // 4)]}
             else:
-                sol = SpectralSolver(model, lmax=s["lmax"]).solve(mu0, t_spec)
-                vals = np.array([float(w2(sol.measure(i), limit).value) for i in range(len(t_spec))])
-                idx = np.unique(np.linspace(0, len(t_spec) - 1, 4).round().astype(int))
+                sol = SpectralSolver(model, lmax=s["lmax"]).solve(
+                    mu0, t_spec, stop_negative_mass=NEGATIVE_MASS_STOP)
+                t_spec_run = sol.times
+                vals = np.array([float(w2(sol.measure(i), limit).value) for i in range(len(t_spec_run))])
+                idx = np.unique(np.linspace(0, len(t_spec_run) - 1, 4).round().astype(int))
                 grid = _plot_grid()
                 dens = np.stack([sol.density(int(i), grid) for i in idx])
                 diag = getattr(sol, "diagnostics", {}) or {}
-                data = {"times": t_spec, "w2": vals, "densities": dens, "snapshot_times": t_spec[idx],
-                        "mass": np.asarray(diag.get("mass", np.full(len(t_spec), np.nan))),
-                        "negative_mass": np.asarray(diag.get("negative_mass", np.full(len(t_spec), np.nan)))}
+                data = {"times": t_spec_run, "w2": vals, "densities": dens,
+                        "snapshot_times": t_spec_run[idx], "mass": np.asarray(diag["mass"]),
+                        "negative_mass": np.asarray(diag["negative_mass"]),
+                        "stopped": np.array(sol.stats.get("stopped", ""))}
             data["seconds"] = np.array(time.perf_counter() - t0)
             io.save_npz(path, meta={"key": key, "beta": _beta_label(beta), "kind": kind}, **data)
         curves[label] = (np.asarray(data["times"]), np.asarray(data["w2"]))
@@ -153,8 +164,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         timings[label] = float(data["seconds"])
 
     rate = _fit_zero_temperature_rate(curves, betas, report)
-    summary = _write_outputs(out, cfg, curves, snapshots, timings, limit, e, report, rate, x0,
-                             spectral_ok)
+    summary = _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles, e,
+                             report, rate, x0, spectral_ok)
     return {"out": out, "curves": curves, "rate": rate, "summary": summary}
 
 
@@ -180,7 +191,8 @@ def _fit_zero_temperature_rate(curves, betas, report):
             "window": [float(t[sel][0]), float(t[sel][-1])]}
 
 
-def _write_outputs(out, cfg, curves, snapshots, timings, limit, e, report, rate, x0, spectral_ok):
+def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles, e, report, rate,
+                   x0, spectral_ok):
     from . import plotting
 
     arrays = {}
@@ -201,7 +213,10 @@ def _write_outputs(out, cfg, curves, snapshots, timings, limit, e, report, rate,
              "to the projected measure Pi#rho_0 = m+ delta_e + m- delta_{-e}.", "",
              "## Model", "", "```", str(report), "```", "",
              f"Pi#rho_0: e = {np.array2string(e, precision=4)}, m+ = {limit.weights[0]:.6f}, "
-             f"m- = {limit.weights[1]:.6f} (half-sphere masses by quadrature).", "",
+             f"m- = {limit.weights[1]:.6f} (half-sphere masses by quadrature). The particles "
+             f"are measured against Pi#mu^N_0, whose empirical masses are "
+             f"m+ = {limit_particles.weights[0]:.6f}, m- = {limit_particles.weights[1]:.6f} "
+             f"(N = {x0.shape[0]}).", "",
              "## W2(rho_t, Pi#rho_0)", "",
              "| run | min W2 | t at min | W2 at last time | last time | seconds |",
              "|---|---|---|---|---|---|"]
@@ -210,6 +225,11 @@ def _write_outputs(out, cfg, curves, snapshots, timings, limit, e, report, rate,
         lines.append(f"| {label} | {w[i]:.4g} | {t[i]:.3g} | {w[-1]:.4g} | {t[-1]:.3g} | "
                      f"{timings[label]:.1f} |")
     lines.append("")
+    stops = [(k, str(v["stopped"])) for k, v in snapshots.items() if str(v.get("stopped", ""))]
+    for k, why in stops:
+        lines.append(f"- {k} ended early: {why}.")
+    if stops:
+        lines.append("")
     if rate is not None:
         lines.append(f"Zero-temperature decay: fitted rate {rate['fitted']:.4f} on t in "
                      f"[{rate['window'][0]:.2g}, {rate['window'][1]:.2g}] against the predicted "

@@ -427,3 +427,17 @@ def test_chebyshev_path_equals_direct(normalized):
     ch2 = SpectralSolver(m2, path="chebyshev", **kw)
     assert ch2._gfh.coef.shape[1] == 1
     assert np.abs(fh.rhs(0, a) - ch2.rhs(0, a)).max() < 1e-10 * np.abs(fh.rhs(0, a)).max()
+
+
+def test_unresolved_run_stops_early_and_says_why():
+    # At zero temperature with A = diag(1, 0.4, 0) the density sharpens like e^{-t}: lmax = 16
+    # resolves it for t < ~1 only, after which Gibbs undershoots give negative mass.
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=np.inf)
+    rho0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
+    times = np.linspace(0, 4, 9)
+    sol = sp.SpectralSolver(model, lmax=16).solve(rho0, times, stop_negative_mass=1e-3)
+    assert 1 < len(sol.times) < len(times)
+    np.testing.assert_array_equal(sol.times, times[: len(sol.times)])
+    assert "no longer resolved" in sol.stats["stopped"]
+    assert abs(sol.diagnostics["negative_mass"][-1]) > 1e-3
+    assert np.all(np.abs(sol.diagnostics["negative_mass"][:-1]) <= 1e-3)

@@ -153,9 +153,14 @@ def hyperviscosity(degree, top, strength, order):
     return strength * (np.asarray(degree, dtype=np.float64) / max(top, 1)) ** order
 
 
-def run_time_loop(solver, y0, times, progress=None):
+def run_time_loop(solver, y0, times, progress=None, stop_negative_mass=None):
     """March solver.rhs from y0 over ``times`` with the shared RK registry; at every output time
-    recompute the CFL bound from the current speed. Returns the list of states and stats."""
+    recompute the CFL bound from the current speed. Returns the list of states and stats.
+
+    With ``stop_negative_mass`` set, the run ends early instead of raising: at the first output
+    whose negative mass exceeds it in size (the density is no longer resolved at this lmax),
+    or when the integrator fails; ``stats["stopped"]`` then says why and the states reached
+    so far are returned."""
     tab = timestepping.get_scheme(solver.scheme)
     # the registry works on real arrays: march the complex coefficients as their float64 view
     cplx = np.iscomplexobj(y0)
@@ -174,22 +179,34 @@ def run_time_loop(solver, y0, times, progress=None):
     scale = float(np.max(np.abs(y0)))
     for i in range(1, len(times)):
         t0, t1 = float(times[i - 1]), float(times[i])
-        dt_cfl = solver.cfl_step(as_state(y))
-        if tab.adaptive:
-            ys, st = timestepping.integrate(f, y, [t0, t1], solver.scheme, dt=solver.dt,
-                                            rtol=solver.rtol, atol=solver.atol * scale,
-                                            dt_max=dt_cfl, progress=progress)
-        else:
-            dt = solver.dt if solver.dt is not None else (dt_cfl if dt_cfl is not None else t1 - t0)
-            ys, st = timestepping.integrate(f, y, [t0, t1], solver.scheme, dt=dt,
-                                            progress=progress)
+        try:
+            dt_cfl = solver.cfl_step(as_state(y))
+            if tab.adaptive:
+                ys, st = timestepping.integrate(f, y, [t0, t1], solver.scheme, dt=solver.dt,
+                                                rtol=solver.rtol, atol=solver.atol * scale,
+                                                dt_max=dt_cfl, progress=progress)
+            else:
+                dt = solver.dt if solver.dt is not None else (dt_cfl if dt_cfl is not None else t1 - t0)
+                ys, st = timestepping.integrate(f, y, [t0, t1], solver.scheme, dt=dt,
+                                                progress=progress)
+            if not np.all(np.isfinite(ys[-1])):
+                raise FloatingPointError(f"the solution became NaN/inf between t = {t0} and "
+                                         f"t = {t1}; reduce the step (cfl) or raise lmax")
+        except (RuntimeError, FloatingPointError) as exc:
+            if stop_negative_mass is None:
+                raise
+            stats["stopped"] = f"integration failed between t = {t0:g} and t = {t1:g}: {exc}"
+            break
         y = ys[-1]
-        if not np.all(np.isfinite(y)):
-            raise FloatingPointError(f"the solution became NaN/inf between t = {t0} and t = {t1}; "
-                                     "reduce the step (cfl) or raise lmax")
-        for k in stats:
+        for k in ("steps", "rejected", "fevals"):
             stats[k] += st[k]
         out.append(as_state(y).copy())
+        if stop_negative_mass is not None:
+            neg = abs(solver.diagnostics(out[-1])[2])
+            if neg > stop_negative_mass:
+                stats["stopped"] = (f"negative mass {neg:.2e} > {stop_negative_mass:.0e} at "
+                                    f"t = {t1:g}: the density is no longer resolved at this lmax")
+                break
     return out, stats
 
 

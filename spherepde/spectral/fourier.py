@@ -172,8 +172,11 @@ class FourierSolver:
             energy = direct_energy(self.points, self.weights * rho, m.B, m.beta)
         return mass, float(rho.min()), neg, energy
 
-    def solve(self, density0, times, progress=None) -> "FourierSolution":
-        """Evolve density0 (a measure on S^1 or a callable f(x), x: (..., 2)) to ``times``."""
+    def solve(self, density0, times, progress=None, stop_negative_mass=None) -> "FourierSolution":
+        """Evolve density0 (a measure on S^1 or a callable f(x), x: (..., 2)) to ``times``.
+
+        ``stop_negative_mass``: as in :meth:`SpectralSolver.solve` (end early, keeping the
+        times reached, once the density is no longer resolved)."""
         from ..timestepping import _check_times
 
         times = _check_times(times)
@@ -184,7 +187,8 @@ class FourierSolver:
             self._nu = hyperviscosity(self.k, self.kmax, rate, self.filter_order)
         else:
             self._nu = np.zeros(self.kmax + 1)
-        states, stats = run_time_loop(self, y0, times, progress)
+        states, stats = run_time_loop(self, y0, times, progress, stop_negative_mass)
+        times = times[: len(states)]
         diag = np.array([self.diagnostics(y) for y in states])
         return FourierSolution(times, np.array(states), self.model, initial_measure(density0, 2),
                                dict(mass=diag[:, 0], min=diag[:, 1], negative_mass=diag[:, 2],

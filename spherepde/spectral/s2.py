@@ -287,9 +287,13 @@ class SpectralSolver:
         return mass, float(rho.min()), neg, energy
 
     # ------------------------------------------------------------------ the solve
-    def solve(self, density0, times, progress=None) -> "SpectralSolution":
+    def solve(self, density0, times, progress=None, stop_negative_mass=None) -> "SpectralSolution":
         """Evolve density0 (a measure of :mod:`spherepde.measures` or a callable density on S^2)
-        and return the states at ``times`` (times[0] is the initial time)."""
+        and return the states at ``times`` (times[0] is the initial time).
+
+        ``stop_negative_mass``: when set (e.g. 1e-3), a run whose density stops being resolved
+        at this lmax (negative mass beyond the bound, or a failed step) ends early with the
+        times reached so far, and ``solution.stats["stopped"]`` says why; otherwise it raises."""
         from ..timestepping import _check_times
 
         times = _check_times(times)
@@ -300,7 +304,8 @@ class SpectralSolver:
             self._nu = hyperviscosity(self.l, self.lmax, rate, self.filter_order)
         else:
             self._nu = np.zeros(self.l.size)
-        states, stats = run_time_loop(self, y0, times, progress)
+        states, stats = run_time_loop(self, y0, times, progress, stop_negative_mass)
+        times = times[: len(states)]
         diag = np.array([self.diagnostics(y) for y in states])
         return SpectralSolution(times, np.array(states), self.lmax, self.model,
                                 initial_measure(density0, 3),
