@@ -362,5 +362,7 @@ class ParticleSolver:
                           stats={"layers": n_layers}, kind=kind)
 
     def __repr__(self) -> str:
-        step = f"dt={self.dt}" if not self.scheme.adaptive else f"rtol={self.rtol}, atol={self.atol}"
-        return f"ParticleSolver({self.model!r}, method={self.method!r}, {step}, backend={self.backend!r})"
+        step = (f"rtol={self.rtol}, atol={self.atol}" if self.scheme.adaptive
+                else f"dt={self.dt}")
+        return (f"ParticleSolver({self.model!r}, method={self.method!r}, {step}, "
+                f"backend={self.backend!r})")

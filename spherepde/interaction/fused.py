@@ -297,7 +297,8 @@ def attention_numba(x, keys, values, weights, beta: float, normalized: bool) -> 
 
 
 def log_partition_numba(x, keys, weights, beta: float) -> np.ndarray:
-    r""":math:`\log \sum_j w_j e^{\beta\langle x_i, k_j\rangle}` for every query, (m,), O(N) memory."""
+    r""":math:`\log \sum_j w_j e^{\beta\langle x_i, k_j\rangle}` for every query x (m, d),
+    keys (n, d), weights (n,); returns (m,), O(N) memory."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     keysT = np.ascontiguousarray(np.asarray(keys, dtype=np.float64).T)
     out = np.empty(x.shape[0])
