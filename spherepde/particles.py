@@ -212,6 +212,10 @@ class ParticleSolver:
         return tangent_projection(x, self.attention(x, weights))
 
     def _prepare(self, x0, weights, normalize_input):
+        if isinstance(x0, PointCloud):
+            if weights is not None:
+                raise ValueError("x0 is a PointCloud with its own weights; do not pass weights")
+            x0, weights = x0.points, x0.weights
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.ndim != 2:
             raise ValueError(f"x0 must have shape (N, d); got shape {x0.shape}")
@@ -246,7 +250,7 @@ class ParticleSolver:
 
         Parameters
         ----------
-        x0 : (N, d) initial tokens on the unit sphere
+        x0 : (N, d) initial tokens on the unit sphere, or a PointCloud (points and weights)
         times : (T,) strictly increasing output times; times[0] is the initial time
         weights : (N,), optional
             Non-negative token weights summing to 1 (default uniform 1/N).

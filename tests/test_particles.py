@@ -138,6 +138,9 @@ def test_weights_are_respected():
     # same measure, same dynamics: round-off only
     assert np.abs(a.positions[-1] - b.positions[-1, :5]).max() < 1e-13
     assert np.abs(b.positions[-1, 0] - b.positions[-1, 5]).max() < 1e-13
+    # a PointCloud carries its weights: identical arithmetic, identical result
+    c = solver.solve(sp.PointCloud(x0, w), [0.0, 1.0])
+    np.testing.assert_array_equal(c.positions, a.positions)
 
 
 # ---------------------------------------------------------------- layers
