@@ -23,14 +23,14 @@ names the key and what it accepts.
     n_times = 41                     # output times, equally spaced in [0, t_end]
 
     [particles]
-    n = 2000                         # number of tokens
+    n = 4000                         # number of tokens
     seed = 0
     rtol = 1e-6                      # tolerance of the adaptive Dormand–Prince pair
 
     [spectral]
     enabled = true
-    lmax = 64                        # spherical-harmonic degree
-    t_end = 2.0                      # the density sharpens like e^{-(mu_1 - mu_3) t}; the run
+    lmax = 128                       # spherical-harmonic degree
+    t_end = 3.0                      # the density sharpens like e^{-(mu_1 - mu_3) t}; the run
                                      # also ends early once it is no longer resolved
 
     [output]
@@ -63,8 +63,8 @@ DEFAULT = {
     },
     "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5},
     "run": {"betas": [4.0, 16.0, 64.0, "inf"], "t_end": 8.0, "n_times": 41},
-    "particles": {"n": 2000, "seed": 0, "rtol": 1e-6},
-    "spectral": {"enabled": True, "lmax": 64, "t_end": 2.0},
+    "particles": {"n": 4000, "seed": 0, "rtol": 1e-6},
+    "spectral": {"enabled": True, "lmax": 128, "t_end": 3.0},
     "output": {"dir": "spherepde-output"},
 }
 

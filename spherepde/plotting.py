@@ -57,7 +57,14 @@ def plot_density_maps(snapshots: dict, path):
             im = ax.imshow(dens, extent=[-180, 180, 180, 0], aspect="auto", cmap="magma")
             ax.set_title(f"{k.split('_', 1)[1].replace('beta=', 'β=')}, t={t:.2f}", fontsize=8)
             ax.tick_params(labelsize=6)
-            fig.colorbar(im, ax=ax, fraction=0.046)
+            if c == 0:
+                ax.set_ylabel("colatitude (°)", fontsize=7)
+            if r == len(rows) - 1:
+                ax.set_xlabel("longitude (°)", fontsize=7)
+            cb = fig.colorbar(im, ax=ax, fraction=0.046)
+            cb.ax.tick_params(labelsize=6)
+    fig.suptitle("ρ_t from the spectral solver (density relative to surface area)", fontsize=9)
+    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -77,4 +84,7 @@ def plot_particles(snapshots: dict, x0, e, path):
             ax.set_aspect("equal")
             ax.set_title(f"{k.split('_', 1)[1].replace('beta=', 'β=')}, t={t:.2f}", fontsize=8)
             ax.tick_params(labelsize=6)
+    fig.suptitle("tokens projected on (<x, e>, <x, f>), e the dominant eigenvector of A, f ⊥ e",
+                 fontsize=9)
+    fig.tight_layout()
     return _save(fig, path)
