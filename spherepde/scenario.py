@@ -156,7 +156,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
                 data = {"times": t_spec_run, "w2": vals, "densities": dens,
                         "snapshot_times": t_spec_run[idx], "mass": np.asarray(diag["mass"]),
                         "negative_mass": np.asarray(diag["negative_mass"]),
-                        "stopped": np.array(sol.stats.get("stopped", ""))}
+                        "stopped": np.array(sol.stats.get("stopped", "")),
+                        "unresolved": np.array(sol.stats.get("unresolved", ""))}
             data["seconds"] = np.array(time.perf_counter() - t0)
             io.save_npz(path, meta={"key": key, "beta": _beta_label(beta), "kind": kind}, **data)
         curves[label] = (np.asarray(data["times"]), np.asarray(data["w2"]))
@@ -225,16 +226,18 @@ def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles,
         lines.append(f"| {label} | {w[i]:.4g} | {t[i]:.3g} | {w[-1]:.4g} | {t[-1]:.3g} | "
                      f"{timings[label]:.1f} |")
     lines.append("")
-    stops = [(k, str(v["stopped"])) for k, v in snapshots.items() if str(v.get("stopped", ""))]
-    for k, why in stops:
-        lines.append(f"- {k} ended early: {why}.")
+    stops = [(k, "ended early", str(v["stopped"])) for k, v in snapshots.items()
+             if str(v.get("stopped", ""))]
+    stops += [(k, "reached its last time, but", str(v["unresolved"])) for k, v in snapshots.items()
+              if str(v.get("unresolved", ""))]
+    for k, what, why in stops:
+        lines.append(f"- {k} {what}: {why}.")
     if stops:
         lines.append("")
     if rate is not None:
         lines.append(f"Zero-temperature decay: fitted rate {rate['fitted']:.4f} on t in "
                      f"[{rate['window'][0]:.2g}, {rate['window'][1]:.2g}] against the predicted "
-                     f"gamma/2 = {rate['predicted']:.4f} (SPEC §3.1; the finite-N floor of the "
-                     "particles flattens the tail).")
+                     f"gamma/2 = {rate['predicted']:.4f} (SPEC §3.1).")
     pairs = [(k, k.replace("particles", "spectral")) for k in curves if k.startswith("particles")]
     diffs = []
     for kp, ks in pairs:

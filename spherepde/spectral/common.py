@@ -160,7 +160,8 @@ def run_time_loop(solver, y0, times, progress=None, stop_negative_mass=None):
     With ``stop_negative_mass`` set, the run ends early instead of raising: at the first output
     whose negative mass exceeds it in size (the density is no longer resolved at this lmax),
     or when the integrator fails; ``stats["stopped"]`` then says why and the states reached
-    so far are returned."""
+    so far are returned. A bound first exceeded at the last output is reported in
+    ``stats["unresolved"]``."""
     tab = timestepping.get_scheme(solver.scheme)
     # the registry works on real arrays: march the complex coefficients as their float64 view
     cplx = np.iscomplexobj(y0)
@@ -204,9 +205,12 @@ def run_time_loop(solver, y0, times, progress=None, stop_negative_mass=None):
         if stop_negative_mass is not None:
             neg = abs(solver.diagnostics(out[-1])[2])
             if neg > stop_negative_mass:
-                stats["stopped"] = (f"negative mass {neg:.2e} > {stop_negative_mass:.0e} at "
-                                    f"t = {t1:g}: the density is no longer resolved at this lmax")
-                break
+                why = (f"negative mass {neg:.2e} > {stop_negative_mass:.0e} at t = {t1:g}: the "
+                       "density is no longer resolved at this lmax")
+                if i < len(times) - 1:
+                    stats["stopped"] = why
+                    break
+                stats["unresolved"] = why
     return out, stats
 
 
