@@ -13,13 +13,12 @@ import numpy as np
 from scipy import integrate, linalg, special
 
 from .measures import Measure, as_measure
-from .sphere import as_points, log_sphere_area, normalize
+from .sphere import as_points, log_sphere_area, normalize, orthogonal_factor
 
 __all__ = [
     "zero_temperature_flow",
     "zero_temperature_density",
     "ZeroTemperatureDensity",
-    "orthogonal_scale",
     "funk_hecke_eigenvalue",
     "growth_rate",
     "fastest_mode",
@@ -27,22 +26,6 @@ __all__ = [
     "equiangular_solution",
     "long_context_limit",
 ]
-
-#: B counts as c·orthogonal when ||B^T B - c^2 I|| <= this × c^2.
-ORTHOGONAL_RTOL = 1e-12
-
-
-def orthogonal_scale(B) -> float | None:
-    """Return c if B = c·O with O orthogonal (to 1e-12 relative), else None."""
-    B = np.asarray(B, dtype=np.float64)
-    G = B.T @ B
-    c2 = float(np.trace(G)) / B.shape[0]
-    if c2 <= 0:
-        return None
-    if np.linalg.norm(G - c2 * np.eye(B.shape[0])) <= ORTHOGONAL_RTOL * c2 * B.shape[0]:
-        return float(np.sqrt(c2))
-    return None
-
 
 def _flow_direction(A, x0, s):
     """e^{sA} x0 / |e^{sA} x0| for x0: (m, d), s: (m,) (per-trajectory times).
@@ -87,8 +70,9 @@ def zero_temperature_flow(model, x0, t, rtol: float = 1e-13) -> np.ndarray:
     if ts.ndim != 1 or not np.all(np.isfinite(ts)) or np.any(ts < 0):
         raise ValueError(f"t must be a time >= 0 or a 1-D array of them; got {t!r}")
     A, B = model.A, model.B
-    c = orthogonal_scale(B)
-    if c is not None:
+    fac = orthogonal_factor(B)
+    if fac is not None:
+        c = fac[0]
         s = ts[:, None] / c * np.ones(xf.shape[0])[None, :]
     else:
         order = np.argsort(ts)
@@ -119,13 +103,14 @@ class ZeroTemperatureDensity(Measure):
     """
 
     def __init__(self, model, density0, t: float):
-        c = orthogonal_scale(model.B)
-        if c is None:
+        fac = orthogonal_factor(model.B)
+        if fac is None:
             raise ValueError("the explicit zero-temperature density needs B = Q^T K = c·O with O "
                              "orthogonal; for general B push samples with zero_temperature_flow")
         t = float(t)
         if not np.isfinite(t) or t < 0:
             raise ValueError(f"t must be finite and >= 0; got {t}")
+        c = fac[0]
         self.model, self.t, self.c = model, t, c
         self.d = model.d
         self.initial = as_measure(density0, model.d)

@@ -33,9 +33,14 @@ def atomic_path(path, suffix: str = ""):
             os.unlink(tmp)
 
 
-def save_npz(path, **arrays) -> Path:
-    """Atomically write arrays (and JSON-able metadata under ``meta``) to a .npz file."""
+def save_npz(path, /, **arrays) -> Path:
+    """Atomically write arrays (and JSON-able metadata under ``meta``) to a .npz file.
+
+    As with ``np.savez``, ".npz" is appended to a name without it; the path written is returned.
+    """
     path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
     meta = arrays.pop("meta", None)
     if meta is not None:
         arrays["meta_json"] = np.array(json.dumps(meta, default=_jsonable))

@@ -281,6 +281,19 @@ class Model:
             out = self.attention(xf, cloud.points, cloud.weights, backend=backend)
         return tangent_projection(xf, out).reshape(shape)
 
+    def to_arrays(self) -> dict:
+        """The model as numpy arrays, for saving next to results (see :meth:`from_arrays`)."""
+        return dict(Q=self.Q, K=self.K, V=self.V, beta=np.float64(self.beta),
+                    normalized=np.bool_(self.normalized), hardmax=np.bool_(self.hardmax),
+                    d=np.int64(self.d))
+
+    @classmethod
+    def from_arrays(cls, z) -> "Model":
+        """Rebuild a model from the arrays of :meth:`to_arrays` (any mapping, e.g. an NpzFile)."""
+        hardmax = bool(z["hardmax"]) if "hardmax" in z else False
+        return cls(z["Q"], z["K"], z["V"], beta=float(z["beta"]), d=int(z["Q"].shape[0]),
+                   normalized=bool(z["normalized"]), hardmax=hardmax)
+
     def __repr__(self) -> str:
         kind = "SA" if self.normalized else "USA"
         return f"Model(d={self.d}, beta={self.beta:g}, {kind}{', hardmax' if self.hardmax else ''})"

@@ -24,11 +24,9 @@ Example
 """
 from __future__ import annotations
 
-import os
-import tempfile
-
 import numpy as np
 
+from .io import save_npz
 from .measures import PointCloud
 from .model import Model
 from .sphere import as_points, retract, tangent_projection
@@ -107,36 +105,23 @@ class Trajectory:
     def save(self, path) -> None:
         """Write the trajectory to ``path`` (.npz), atomically: a temporary file in the same
         directory is written first and then renamed over ``path``."""
-        path = os.fspath(path)
-        m = self.model
         data = dict(times=self.times, positions=self.positions, weights=self.weights,
                     token_index=self.token_index,
                     initial_points=self.initial_measure.points,
                     initial_weights=self.initial_measure.weights,
-                    Q=m.Q, K=m.K, V=m.V, beta=np.float64(m.beta),
-                    normalized=np.bool_(m.normalized), hardmax=np.bool_(m.hardmax),
                     kind=np.str_(self.kind),
                     stats_keys=np.array(list(self.stats), dtype=np.str_),
-                    stats_values=np.array([float(v) for v in self.stats.values()]))
+                    stats_values=np.array([float(v) for v in self.stats.values()]),
+                    **self.model.to_arrays())
         if self.radii is not None:
             data["radii"] = self.radii
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".traj-", suffix=".npz", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **data)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        save_npz(path, **data)
 
     @classmethod
     def load(cls, path) -> "Trajectory":
         """Read a trajectory written by :meth:`save`."""
-        with np.load(os.fspath(path), allow_pickle=False) as f:
-            model = Model(f["Q"], f["K"], f["V"], beta=float(f["beta"]),
-                          normalized=bool(f["normalized"]), hardmax=bool(f["hardmax"]))
+        with np.load(path, allow_pickle=False) as f:
+            model = Model.from_arrays(f)
             initial = PointCloud(f["initial_points"], f["initial_weights"])
             stats = dict(zip([str(k) for k in f["stats_keys"]], f["stats_values"].tolist()))
             radii = f["radii"] if "radii" in f.files else None

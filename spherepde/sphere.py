@@ -24,6 +24,7 @@ __all__ = [
     "GaussGrid",
     "gauss_grid",
     "integrate_s2",
+    "orthogonal_factor",
 ]
 
 #: Largest tolerated deviation of |x| from 1 before points are rejected.
@@ -224,3 +225,25 @@ def hemisphere_quadrature(e: np.ndarray, n_t: int = 400, n_phi: int = 800):
 def log_sphere_area(d: int) -> float:
     """log |S^{d-1}|."""
     return math.log(2.0) + 0.5 * d * math.log(math.pi) - float(gammaln(0.5 * d))
+
+
+#: B counts as c·O (O orthogonal) when max |O^T O - I| <= this.
+ORTHOGONAL_RTOL = 1e-12
+
+
+def orthogonal_factor(B: np.ndarray, rtol: float = ORTHOGONAL_RTOL):
+    """Return (c, O) with B = c·O, c > 0 and O orthogonal, or None when B is not of that form.
+
+    This is the case where the attention kernel e^{beta <x, By>} is a rotated zonal kernel:
+    the Funk–Hecke fast path and the explicit zero-temperature density apply.
+    """
+    B = np.asarray(B, dtype=np.float64)
+    d = B.shape[0]
+    c2 = float(np.trace(B.T @ B)) / d
+    if c2 <= 0:
+        return None
+    c = math.sqrt(c2)
+    O = B / c
+    if float(np.abs(O.T @ O - np.eye(d)).max()) > rtol:
+        return None
+    return c, O

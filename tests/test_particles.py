@@ -37,7 +37,7 @@ def test_zero_temperature_matches_closed_form(d):
     K = np.eye(d) + 0.3 * rng.standard_normal((d, d))
     V = rng.standard_normal((d, d))
     model = sp.Model(Q, K, V, beta=np.inf)
-    assert exact.orthogonal_scale(model.B) is None
+    assert sp.sphere.orthogonal_factor(model.B) is None
     x0 = uniform(20, d, seed=1)
     times = np.array([0.0, 0.5, 1.0, 2.0])
     traj = ParticleSolver(model).solve(x0, times)  # default tolerances

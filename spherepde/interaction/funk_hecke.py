@@ -37,29 +37,12 @@ import math
 import numpy as np
 from scipy.special import ive
 
+from ..sphere import orthogonal_factor
 from .reference import LOG_FLOAT_MAX, usa_overflow_error
 
 __all__ = ["orthogonal_factor", "spherical_multipliers", "circular_multipliers",
            "funk_hecke_fields_s2", "local_frame", "attention_s2", "attention_s1",
            "GeneralFunkHecke"]
-
-#: B counts as c·orthogonal when ||B^T B / c^2 - I||_max <= this.
-ORTHOGONAL_RTOL = 1e-12
-
-
-def orthogonal_factor(B: np.ndarray, rtol: float = ORTHOGONAL_RTOL):
-    """Return (c, O) with B = c·O, c > 0 and O orthogonal, or None when B is not of that form."""
-    B = np.asarray(B, dtype=np.float64)
-    d = B.shape[0]
-    c2 = float(np.trace(B.T @ B)) / d
-    if c2 <= 0:
-        return None
-    c = math.sqrt(c2)
-    O = B / c
-    if float(np.abs(O.T @ O - np.eye(d)).max()) > rtol:
-        return None
-    return c, O
-
 
 def spherical_multipliers(lmax: int, kappa: float):
     r"""Scaled Funk–Hecke multipliers on S^2 for degrees 0..lmax, each (lmax + 1,):

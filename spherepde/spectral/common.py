@@ -3,8 +3,6 @@ signed direct quadrature, the filter, the time loop, and the solution object's b
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import warnings
 
 import numpy as np
@@ -214,32 +212,3 @@ def run_time_loop(solver, y0, times, progress=None, stop_negative_mass=None):
     return out, stats
 
 
-def atomic_savez(filename, **arrays):
-    """np.savez to a temporary file in the same folder, then rename (never a half-written file)."""
-    path = os.fspath(filename)
-    if not path.endswith(".npz"):
-        path += ".npz"
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a name
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
-
-
-def model_arrays(model):
-    return dict(Q=model.Q, K=model.K, V=model.V, beta=np.float64(model.beta),
-                normalized=np.bool_(model.normalized), d=np.int64(model.d))
-
-
-def model_from_arrays(z):
-    from ..model import Model
-
-    return Model(z["Q"], z["K"], z["V"], beta=float(z["beta"]), d=int(z["d"]),
-                 normalized=bool(z["normalized"]))

@@ -22,12 +22,14 @@ import numpy as np
 
 from .. import interaction
 from ..interaction.funk_hecke import attention_s1, circular_multipliers
+from ..io import save_npz
 from ..measures import PointCloud
+from ..model import Model
 from ..sphere import as_points
 from .backends import fft_size
-from .common import (MASS_RTOL, RESOLUTION_TOL, atomic_savez, check_mass, check_values,
+from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_values,
                      choose_path, density_callable, direct_energy, hyperviscosity,
-                     initial_measure, model_arrays, model_from_arrays, run_time_loop,
+                     initial_measure, run_time_loop,
                      safe_exp_times, signed_attention, warn_resolution)
 
 __all__ = ["FourierSolver", "FourierSolution"]
@@ -238,11 +240,11 @@ class FourierSolution:
         return PointCloud(pts, w / w.sum())
 
     def save(self, path) -> str:
-        return atomic_savez(path, kind=np.str_("S1"), times=self.times,
+        return save_npz(path, kind=np.str_("S1"), times=self.times,
                             coefficients=self.coefficients, n=np.int64(self.n),
                             path=np.str_(self.path),
                             **{f"diag_{k}": v for k, v in self.diagnostics.items()},
-                            **model_arrays(self.model))
+                            **self.model.to_arrays())
 
     @classmethod
     def load(cls, path) -> "FourierSolution":
@@ -250,7 +252,7 @@ class FourierSolution:
             if str(z["kind"]) != "S1":
                 raise ValueError(f"{path} holds a {z['kind']} solution; use SpectralSolution.load")
             diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
-            return cls(z["times"], z["coefficients"], model_from_arrays(z), None, diag,
+            return cls(z["times"], z["coefficients"], Model.from_arrays(z), None, diag,
                        int(z["n"]), str(z["path"]))
 
     def __repr__(self) -> str:

@@ -33,12 +33,14 @@ from .. import interaction
 from ..interaction.funk_hecke import (GeneralFunkHecke, attention_s2, funk_hecke_fields_s2,
                                      local_frame, spherical_multipliers)
 from ..interaction.reference import LOG_FLOAT_MAX, usa_overflow_error
+from ..io import save_npz
 from ..measures import PointCloud
+from ..model import Model
 from ..sphere import GaussGrid, as_points
 from .backends import evaluate_points, fft_size, get_backend, lm_arrays
-from .common import (MASS_RTOL, RESOLUTION_TOL, atomic_savez, check_mass, check_values,
+from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_values,
                      choose_path, density_callable, direct_energy, hyperviscosity,
-                     initial_measure, model_arrays, model_from_arrays, run_time_loop,
+                     initial_measure, run_time_loop,
                      safe_exp_times, signed_attention, warn_resolution)
 
 __all__ = ["SpectralSolver", "SpectralSolution"]
@@ -382,12 +384,12 @@ class SpectralSolution:
 
     def save(self, path) -> str:
         """Write times, coefficients, diagnostics and the model to ``path`` (.npz), atomically."""
-        return atomic_savez(path, kind=np.str_("S2"), times=self.times,
+        return save_npz(path, kind=np.str_("S2"), times=self.times,
                             coefficients=self.coefficients, lmax=np.int64(self.lmax),
                             grid_shape=np.array(self.grid_shape), backend=np.str_(self.backend),
                             path=np.str_(self.path),
                             **{f"diag_{k}": v for k, v in self.diagnostics.items()},
-                            **model_arrays(self.model))
+                            **self.model.to_arrays())
 
     @classmethod
     def load(cls, path) -> "SpectralSolution":
@@ -396,7 +398,7 @@ class SpectralSolution:
             if str(z["kind"]) != "S2":
                 raise ValueError(f"{path} holds a {z['kind']} solution; use FourierSolution.load")
             diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
-            return cls(z["times"], z["coefficients"], int(z["lmax"]), model_from_arrays(z), None,
+            return cls(z["times"], z["coefficients"], int(z["lmax"]), Model.from_arrays(z), None,
                        diag, tuple(int(v) for v in z["grid_shape"]), str(z["backend"]),
                        str(z["path"]))
 
