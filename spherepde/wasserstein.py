@@ -341,6 +341,17 @@ def _blocks(n, size):
     return [(s, min(s + size, n)) for s in range(0, n, size)]
 
 
+def _epsilon_schedule(cost, eps):
+    """epsilon-scaling: halve from the squared diameter down to eps (Schmitzer 2019, §3.2)."""
+    schedule = []
+    e = _cost_diameter(cost)
+    while e > eps:
+        schedule.append(e)
+        e *= 0.5
+    schedule.append(eps)
+    return schedule
+
+
 def _entropic_potentials(x, a, y, b, cost, eps, numItermax, stopThr, batch, stage_iters=30):
     """KL-normalized potentials (F, G): pi_ij = a_i b_j exp((F_i + G_j - C_ij)/eps).
 
@@ -359,12 +370,7 @@ def _entropic_potentials(x, a, y, b, cost, eps, numItermax, stopThr, batch, stag
             f"Euclidean in R^d); n*m = {n * m:.2e} exceeds the dense limit "
             f"{SINKHORN_DENSE_PAIRS:.0e}. Use cost='chordal' or subsample")
     M = cost_matrix(x, y, cost) if dense else None
-    schedule = []
-    e = _cost_diameter(cost)
-    while e > eps:
-        schedule.append(e)
-        e *= 0.5
-    schedule.append(eps)
+    schedule = _epsilon_schedule(cost, eps)
     F = np.zeros(n)
     G = np.zeros(m)
     niter = 0
@@ -415,12 +421,7 @@ def _symmetric_potential(x, a, cost, eps, numItermax, stopThr, batch):
             out[s:t] = -e * logsumexp(loga[None, :] + (F[None, :] - C) / e, axis=1)
         return out
 
-    schedule = []
-    e = _cost_diameter(cost)
-    while e > eps:
-        schedule.append(e)
-        e *= 0.5
-    schedule.append(eps)
+    schedule = _epsilon_schedule(cost, eps)
     F = np.zeros(n)
     niter, converged = 0, False
     for k, e in enumerate(schedule):
