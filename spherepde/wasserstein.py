@@ -28,7 +28,8 @@ Three solvers, each returning a :class:`W2Result` that names its cost and method
 
 ``method="auto"`` picks semidiscrete when one side has at most
 :data:`SEMIDISCRETE_MAX_ATOMS` atoms, else exact when the cost matrix has at most
-:data:`EXACT_MAX_PAIRS` entries, else Sinkhorn.
+:data:`EXACT_AUTO_PAIRS` entries, else Sinkhorn (``method="exact"`` goes up to
+:data:`EXACT_MAX_PAIRS`, 2e4 points a side, where the memory is there).
 
 References
 ----------
@@ -53,10 +54,15 @@ __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_m
 COSTS = ("chordal", "geodesic")
 METHODS = ("auto", "exact", "semidiscrete", "sinkhorn")
 
-#: Largest cost matrix (n*m entries) the exact solver accepts: POT's network simplex holds
-#: the cost matrix, the plan and per-arc state, about 44 bytes per entry (measured: 4.4 GB
-#: peak and 18 s for 1e4 x 1e4 points).
-EXACT_MAX_PAIRS = 100_000_000
+#: Largest cost matrix (n*m entries) the exact solver accepts: 2e4 points a side. POT's
+#: network simplex holds the cost matrix, the plan and per-arc state, about 44 bytes per entry
+#: (measured: 4.4 GB peak and 18 s for 1e4 x 1e4 points), so a problem is also refused when
+#: the machine does not have that much memory available.
+EXACT_MAX_PAIRS = 400_000_000
+#: "auto" picks the exact solver up to this many entries (about 20 s and 4.4 GB).
+EXACT_AUTO_PAIRS = 100_000_000
+#: Bytes per cost-matrix entry that the network simplex needs (measured, with a margin).
+EXACT_BYTES_PER_PAIR = 45
 #: "auto" uses the semi-discrete solver when one side has at most this many atoms.
 SEMIDISCRETE_MAX_ATOMS = 64
 #: Largest cost matrix the semi-discrete solver builds (it holds c_ij for all pairs).
@@ -178,6 +184,18 @@ def _prepare(mu, nu):
 
 
 # ---------------------------------------------------------------------------------- exact
+def _available_memory():
+    """Bytes of memory available now (Linux /proc/meminfo), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _w2_exact(x, a, y, b, cost, numItermax=None, **unused):
     import ot
 
@@ -190,6 +208,12 @@ def _w2_exact(x, a, y, b, cost, numItermax=None, **unused):
             "(it handles 10^5-point grids), or method='sinkhorn' (an entropic estimate with a "
             "certified error); or, with ~45 bytes of memory per pair to spare, raise "
             "spherepde.wasserstein.EXACT_MAX_PAIRS")
+    need, avail = EXACT_BYTES_PER_PAIR * n * m, _available_memory()
+    if avail is not None and need > avail:
+        raise MemoryError(
+            f"the exact solver needs about {need / 2**30:.1f} GiB for n*m = {n}*{m} pairs; "
+            f"{avail / 2**30:.1f} GiB are available. Use method='semidiscrete' when one side has "
+            "few atoms, method='sinkhorn', or subsample the clouds")
     t0 = time.perf_counter()
     M = cost_matrix(x, y, cost)
     it = int(numItermax) if numItermax is not None else max(1_000_000, 100 * (n + m) ** 2)
@@ -555,7 +579,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", **options) -> W2Resu
     if method == "auto":
         if min(n, m) <= SEMIDISCRETE_MAX_ATOMS and n * m <= SEMIDISCRETE_MAX_PAIRS:
             method = "semidiscrete"
-        elif n * m <= EXACT_MAX_PAIRS:
+        elif n * m <= EXACT_AUTO_PAIRS:
             method = "exact"
         else:
             method = "sinkhorn"

@@ -228,7 +228,15 @@ def test_exact_refuses_too_large(monkeypatch):
     monkeypatch.setattr(W, "EXACT_MAX_PAIRS", 100)
     with pytest.raises(ValueError, match="semidiscrete.*sinkhorn"):
         sp.w2(random_cloud(20), random_cloud(20), method="exact")
+    monkeypatch.setattr(W, "EXACT_AUTO_PAIRS", 100)
     assert sp.w2(random_cloud(200), random_cloud(200), method="auto").method == "sinkhorn"
+
+
+def test_exact_refuses_what_memory_cannot_hold(monkeypatch):
+    # 2e4 points a side are allowed, but only where ~45 bytes per pair are available.
+    monkeypatch.setattr(W, "_available_memory", lambda: 1000)
+    with pytest.raises(MemoryError, match="GiB.*semidiscrete"):
+        sp.w2(random_cloud(20), random_cloud(20), method="exact")
 
 
 def test_blockwise_sinkhorn_matches_dense(monkeypatch):
