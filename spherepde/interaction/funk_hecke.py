@@ -110,13 +110,28 @@ def funk_hecke_fields_s2(rho_lm: np.ndarray, sht, O: np.ndarray, multipliers,
         rho = np.where(sht.l % 2 == 0, rho, -rho)
     else:
         R = O
-    if not np.allclose(R, np.eye(3), rtol=0, atol=1e-15):
+    if abs(R[2, 2] - 1.0) < 1e-14 and np.abs(R[2, :2]).max() < 1e-14:
+        # a rotation about the z-axis (identity included) is a phase per order m: f(R^T x)
+        # has coefficients a_lm e^{-i m alpha}; no Wigner rotation needed
+        alpha = math.atan2(R[1, 0], R[0, 0])
+        if alpha != 0.0:
+            rho = rho * _z_phase(sht, alpha)
+    else:
         rho = sht.rotate(rho, R)
     ll = sht.l
     G = sht.synthesis(g[ll] * rho) if partition else None
     Wr = sht.synthesis(r[ll] * rho) if radial else None
     wt, wp = sht.gradient(q[ll] * rho)
     return G, Wr, wt, wp
+
+
+def _z_phase(sht, alpha: float) -> np.ndarray:
+    """e^{-i m alpha} for the coefficients of ``sht``, cached on it (one alpha per solver)."""
+    cache = getattr(sht, "_z_phase_cache", None)
+    if cache is None or cache[0] != alpha:
+        cache = (alpha, np.exp(-1j * alpha * sht.m))
+        sht._z_phase_cache = cache
+    return cache[1]
 
 
 def local_frame(nlat: int, nlon: int):

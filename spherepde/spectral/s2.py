@@ -138,6 +138,7 @@ class SpectralSolver:
         if lmax < 1:
             raise ValueError(f"lmax must be >= 1; got {lmax}")
         self.model = model
+        self._frame = self._inner = None
         self.path, fac = choose_path(model, path, 3)
         self.lmax = lmax
         self.backend_cls = get_backend(backend)
@@ -183,6 +184,21 @@ class SpectralSolver:
                                 > 1e-14 * np.abs(M).max())
             self._Ft = np.empty((nlat, nlon))
             self._Fp = np.empty((nlat, nlon))
+            P = _rotation_frame(self.O)
+            if P is not None:
+                # Conjugating by P turns B into c times a rotation about z, whose action on
+                # coefficients is a phase per order: no Wigner rotation per right-hand side.
+                # The equation is rotation-equivariant (B -> P^T B P, V -> P^T V P).
+                from ..model import Model
+
+                conj = Model(K=P.T @ model.B @ P, V=P.T @ model.V @ P, beta=model.beta,
+                             normalized=model.normalized)
+                self._inner = SpectralSolver(
+                    conj, lmax, backend=self.backend, path="funk_hecke", scheme=scheme, dt=dt,
+                    rtol=rtol, atol=atol, cfl=cfl, filter_strength=filter_strength,
+                    filter_order=filter_order, dealias=dealias, mass_rtol=mass_rtol,
+                    resolution_tol=resolution_tol, interaction_backend=interaction_backend)
+                self._frame = P
         elif self.path == "direct":
             self._keys = self._points_flat @ model.B.T
             self._values = self._points_flat @ model.V.T
@@ -306,7 +322,16 @@ class SpectralSolver:
             self._nu = hyperviscosity(self.l, self.lmax, rate, self.filter_order)
         else:
             self._nu = np.zeros(self.l.size)
-        states, stats = run_time_loop(self, y0, times, progress, stop_negative_mass)
+        if self._frame is None:
+            states, stats = run_time_loop(self, y0, times, progress, stop_negative_mass)
+        else:
+            # march rho'(x') = rho(P x') in the frame where B is c times a z-rotation (see
+            # _rotation_frame), then rotate each output back: x -> rho'(P^T x)
+            P, inner = self._frame, self._inner
+            inner._nu = self._nu
+            ys, stats = run_time_loop(inner, self.sht.rotate(y0, P.T), times, progress,
+                                      stop_negative_mass)
+            states = [y0] + [self.sht.rotate(y, P) for y in ys[1:]]
         times = times[: len(states)]
         diag = np.array([self.diagnostics(y) for y in states])
         return SpectralSolution(times, np.array(states), self.lmax, self.model,
@@ -315,6 +340,21 @@ class SpectralSolver:
                                      energy=diag[:, 3]),
                                 grid_shape=(self.grid.nlat, self.grid.nlon), backend=self.backend,
                                 path=self.path, stats=stats)
+
+
+def _rotation_frame(O):
+    """A rotation P with P^T O P = +-(rotation about e_z), or None when O already is one.
+
+    O = +-R with R a rotation about the axis n; P = [u, n x u, n] for any unit u ⊥ n."""
+    R = O if np.linalg.det(O) > 0 else -O
+    if abs(R[2, 2] - 1.0) < 1e-14 and np.abs(R[2, :2]).max() < 1e-14:
+        return None
+    w, v = np.linalg.eig(R)
+    n = np.real(v[:, int(np.argmin(np.abs(w - 1.0)))])
+    n /= np.linalg.norm(n)
+    u = np.cross(n, np.eye(3)[int(np.argmin(np.abs(n)))])
+    u /= np.linalg.norm(u)
+    return np.column_stack([u, np.cross(n, u), n])
 
 
 class SpectralSolution:
