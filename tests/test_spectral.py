@@ -445,8 +445,10 @@ def test_unresolved_run_stops_early_and_says_why():
 
 def test_rotation_B_is_marched_in_its_axis_frame():
     # B = c·O with O a general rotation: solve() conjugates it to a rotation about z (a phase
-    # per order m), and the result equals the direct-quadrature path to the adaptive tolerance
-    # (rtol 1e-9 on each path, O(1) coefficients: 1e-10 absolute is 10x above what was measured).
+    # per order m). With the same fixed RK4 steps on both paths the right-hand sides agree to
+    # round-off, so the trajectories do too. The horizon stays at t = 0.5: this truncated
+    # solution amplifies perturbations about e^{15 t} (measured), so by t = 1 round-off alone
+    # reaches 1e-9; up to 0.5 the measured difference is 3e-13 (ducc0) and 2e-14 (shtns).
     O = sp.sphere.random_rotation(3, 5)
     model = sp.Model(K=1.3 * O, V=np.diag([1.0, 0.5, -0.2]) @ O, beta=3.0)
     fh = SpectralSolver(model, lmax=12)
@@ -454,6 +456,7 @@ def test_rotation_B_is_marched_in_its_axis_frame():
     P = fh._frame
     Bz = P.T @ model.B @ P / 1.3
     np.testing.assert_allclose(Bz[2], [0, 0, 1], atol=1e-14)  # a rotation about e_z
-    a = fh.solve(MU0, [0.0, 0.5, 1.0]).coefficients
-    b = SpectralSolver(model, lmax=12, path="direct").solve(MU0, [0.0, 0.5, 1.0]).coefficients
-    assert np.abs(a - b).max() < 1e-10
+    kw = dict(lmax=12, scheme="rk4", dt=0.05, resolution_tol=1.0)
+    a = SpectralSolver(model, **kw).solve(MU0, [0.0, 0.25, 0.5]).coefficients
+    b = SpectralSolver(model, path="direct", **kw).solve(MU0, [0.0, 0.25, 0.5]).coefficients
+    assert np.abs(a - b).max() < 1e-10 * np.abs(a).max()
