@@ -8,7 +8,10 @@ One right-hand side:
 1. synthesize rho on the *dealiased* Gauss grid (3/2 rule: ``nlat = ceil(3(L+1)/2)``,
    ``nlon >= 3L + 3``), where the product rho·X of a degree-L density and a velocity of degree
    about L + 2 is integrated exactly against the degree-L test functions (Gauss with nlat
-   nodes is exact to degree 2 nlat - 1 >= 3L + 2);
+   nodes is exact to degree 2 nlat - 1 >= 3L + 2). This holds when X is band-limited (USA,
+   whose numerator is a Funk–Hecke convolution of rho; zero temperature). For SA, X = N/G is
+   not, and an aliasing error remains; it falls geometrically in L (measured in
+   tests/test_spectral.py::test_rotation_B_is_marched_in_its_axis_frame);
 2. the attention output there by one of three paths: (a) Funk–Hecke when B = c·O
    (:mod:`spherepde.interaction.funk_hecke`), (b) direct quadrature over the dealiased grid
    through the shared interaction kernels (:func:`spherepde.interaction.attention`) for general
