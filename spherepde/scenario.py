@@ -110,12 +110,13 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     e = ref_model.dominant_subspace()[:, 0]
 
     spectral_ok = s["enabled"]
+    spectral_note = "disabled in the scenario ([spectral] enabled = false)"
     if spectral_ok:
         try:
             from .spectral import SpectralSolver
         except ImportError as exc:  # pragma: no cover - reported in the summary
             spectral_ok = False
-            spectral_error = str(exc)
+            spectral_note = f"unavailable: {exc}"
     n_spec = max(2, int(round(s["t_end"] / r["t_end"] * (r["n_times"] - 1))) + 1)
     t_spec = np.linspace(0.0, min(s["t_end"], r["t_end"]), n_spec)
 
@@ -166,7 +167,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
 
     rate = _fit_zero_temperature_rate(curves, betas, report)
     summary = _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles, e,
-                             report, rate, x0, spectral_ok)
+                             report, rate, x0, None if spectral_ok else spectral_note)
     return {"out": out, "curves": curves, "rate": rate, "summary": summary}
 
 
@@ -193,7 +194,7 @@ def _fit_zero_temperature_rate(curves, betas, report):
 
 
 def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles, e, report, rate,
-                   x0, spectral_ok):
+                   x0, spectral_note):
     from . import plotting
 
     arrays = {}
@@ -251,8 +252,8 @@ def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles,
                   "Largest |W2_particles - W2_spectral| over the spectral times (the particle "
                   "curve carries a sampling error of order N^(-1/2)):", "",
                   "| beta | max difference |", "|---|---|", *diffs]
-    elif not spectral_ok:
-        lines += ["", "The spectral solver was not run (disabled or unavailable)."]
+    elif spectral_note:
+        lines += ["", f"The spectral solver was not run: {spectral_note}."]
     lines += ["", "Files: results.npz, scenario.json, w2_to_limit.png, densities.png, particles.png, "
               "runs/ (one file per finished run; a rerun reuses them)."]
     text = "\n".join(lines) + "\n"

@@ -65,3 +65,13 @@ def test_invalid_config_names_the_key(tmp_path, capsys):
     assert main(["run", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "unknown key particles.count" in err and "allowed keys" in err
+
+
+def test_particles_only_run_says_the_spectral_solver_was_off(tmp_path):
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('[run]\nbetas = ["inf"]\nt_end = 1.0\nn_times = 3\n[particles]\nn = 100\n'
+                   '[spectral]\nenabled = false\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    assert "spectral solver was not run: disabled" in summary
+    assert not (tmp_path / "o" / "runs" / "spectral_beta=inf.npz").exists()

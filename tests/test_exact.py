@@ -1,7 +1,7 @@
 """Closed forms of SPEC §3 against independent numerics."""
 import numpy as np
 import pytest
-from scipy import integrate, linalg, special, stats
+from scipy import integrate, linalg, special
 
 import spherepde as sp
 from spherepde import exact

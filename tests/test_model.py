@@ -1,7 +1,6 @@
 """Model: B, A, the SPEC §3.1 assumption report, Pi and its push-forward, the velocity."""
 import numpy as np
 import pytest
-from scipy import integrate
 
 import spherepde as sp
 from spherepde.sphere import normalize, random_rotation
@@ -129,7 +128,6 @@ def test_velocity_sa_usa_against_quadrature(normalized):
 
 
 def test_velocity_large_beta_is_finite_and_tends_to_the_local_field():
-    rng = np.random.default_rng(7)
     O = random_rotation(3, seed=8)
     V = np.diag([1.0, 0.3, -0.5]) @ O  # A = V O^T symmetric
     m = sp.Model(K=O, V=V, beta=1e6)

@@ -53,7 +53,6 @@ def main():
     axes[1].set_title("energy (non-decreasing)")
 
     # Hemisphere: tokens in {x_3 > 0.2} contract exponentially (1 - mean <x_i, x_j> -> 0).
-    rng = np.random.default_rng(3)
     x0 = sp.measures.Uniform(3).sample(400, seed=4)
     x0 = x0[x0[:, 2] > 0.2][:64]
     assert common_hemisphere(x0)
