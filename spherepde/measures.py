@@ -301,6 +301,13 @@ class VonMisesFisher(Measure):
             upper = _vmf_cosine_cdf_upper(0.0, self.kappa, self.d)
             return upper if c > 0 else 1.0 - upper
         d, k = self.d, self.kappa
+        if d == 2:
+            # On S^1 the half-circle {<x, e> > 0} is the arc of angles psi +- pi/2 from the mean,
+            # psi the angle of e: integrate e^{k (cos phi - 1)} over it.
+            psi = np.arccos(c)
+            f = lambda phi: np.exp(k * (np.cos(phi) - 1.0))
+            num = integrate.quad(f, psi - np.pi / 2, psi + np.pi / 2, epsabs=0, epsrel=1e-13)[0]
+            return num / (2 * np.pi * special.ive(0, k))
         s_c = np.sqrt(1 - c**2)
 
         def cond(w):

@@ -178,6 +178,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         raise ValueError(f"scheme {scheme!r} has no embedded error estimate; it cannot adapt "
                          "its step (use scheme='dopri5')")
     times = _check_times(times)
+    if adaptive and not (np.isfinite(rtol) and np.isfinite(atol) and rtol > 0 and atol >= 0):
+        raise ValueError(f"rtol must be > 0 and atol >= 0 (finite); got rtol = {rtol}, "
+                         f"atol = {atol}")
     if dt is not None:
         dt = float(dt)
         if not np.isfinite(dt) or dt <= 0:
@@ -208,6 +211,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
             if h is None:
                 h = _initial_step(f, t, y, tab.order, rtol, atol, retract)
                 stats["fevals"] += 2
+                if not np.isfinite(h):
+                    raise FloatingPointError(f"the right-hand side is NaN or inf at t = {t}: "
+                                             "check the initial state and the model's parameters")
             while t < t1:
                 if stats["steps"] + stats["rejected"] > max_steps:
                     raise RuntimeError(f"more than {max_steps} steps; the problem may be stiff "
@@ -236,6 +242,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                     h = hh * max(0.2, 0.9 * en ** (-1.0 / (tab.err_order + 1)))
                 if h < 1e-14 * max(1.0, abs(t)):
                     raise RuntimeError(f"step size underflow at t = {t}; the solution may blow up")
+        if not np.all(np.isfinite(y)):
+            raise FloatingPointError(f"the state became NaN or inf between t = {t0} and t = {t1}; "
+                                     "a smaller step (or an adaptive scheme) may help")
         if keep is None or keep(i):
             out.append(y)
         if callback is not None:

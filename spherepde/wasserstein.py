@@ -633,6 +633,9 @@ def coupling_bound(trajectory_or_points, model, weights=None) -> np.ndarray:
     w = np.full(N, 1.0 / N) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (N,):
         raise ValueError(f"weights must have shape ({N},); got {w.shape}")
+    # A trajectory that kept a subset of tokens stores their weights as they were (summing to
+    # k/N): the bound is for the subset's own probability measure.
+    w = w / w.sum()
     target = model.projection(X[0])
     bad = np.isnan(target[:, 0]) & (w > 0)
     if np.any(bad):
@@ -712,9 +715,17 @@ def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", metho
         if not hasattr(obj, attr):
             raise TypeError(f"{type(obj).__name__} has no {attr!r}; pass a particle Trajectory or "
                             "a spectral solution")
+    mu0 = obj.initial_measure
+    if mu0 is None:
+        raise ValueError(f"this {type(obj).__name__} carries no initial measure (a solution read "
+                         "back with load() does not store it); compute the curve on the solution "
+                         "returned by solve(), or set its initial_measure")
+    idx = getattr(obj, "token_index", None)
+    if idx is not None and hasattr(mu0, "n") and len(idx) < mu0.n:
+        mu0 = obj.measure(0)  # a trajectory that kept a subset of tokens: its own start
     # Projected particles pile up on few points (two when dim E = 1): merging them lets the
     # semi-discrete solver treat them as atoms.
-    limit = _merge_atoms(model.limit_measure(obj.initial_measure))
+    limit = _merge_atoms(model.limit_measure(mu0))
     times = np.asarray(obj.times, dtype=np.float64)
     results = [w2(obj.measure(i), limit, cost=cost, method=method, **options)
                for i in range(len(times))]

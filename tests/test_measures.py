@@ -130,3 +130,14 @@ def test_measure_bad_input():
         M.Mixture([M.Uniform(3), M.Uniform(3)], [0.5, 0.6])
     with pytest.raises(ValueError, match="positive integer"):
         M.Uniform(3).sample(0)
+
+
+@pytest.mark.parametrize("mean, e", [([1.0, 0.3], [0.6, 0.8]), ([1.0, 0.3, 0.2, 0.1], [0.6, 0.8, 0, 0])],
+                         ids=["S1", "S3"])
+def test_hemisphere_mass_vmf_other_dimensions(mean, e):
+    # The half-sphere mass against the fraction of 10^6 samples: 5 binomial standard errors.
+    v = M.VonMisesFisher(mean, 2.0)
+    e = np.asarray(e)
+    frac = float((v.sample(1_000_000, seed=6) @ e > 0).mean())
+    m = v.hemisphere_mass(e)
+    assert abs(m - frac) < 5 * np.sqrt(m * (1 - m) / 1e6)

@@ -109,3 +109,16 @@ def test_keep_stores_only_requested_outputs():
     # y = e^{-t}; rk4 at dt = 0.01 has error ~ dt^4 = 1e-8
     np.testing.assert_allclose([o[0] for o in out], np.exp(-np.array([0.0, 0.5, 1.0])),
                                rtol=1e-8)
+
+
+def test_nan_right_hand_side_is_reported_at_once():
+    # A NaN field must not send the adaptive controller into millions of NaN steps.
+    from spherepde.timestepping import integrate
+
+    nan_field = lambda t, y: y * np.nan
+    with pytest.raises(FloatingPointError, match="NaN or inf at t = 0"):
+        integrate(nan_field, np.ones(3), [0.0, 1.0])
+    with pytest.raises(FloatingPointError, match="became NaN"):
+        integrate(nan_field, np.ones(3), [0.0, 1.0], scheme="rk4", dt=0.1)
+    with pytest.raises(ValueError, match="rtol must be > 0"):
+        integrate(lambda t, y: y, np.ones(3), [0.0, 1.0], rtol=-1.0)

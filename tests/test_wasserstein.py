@@ -282,3 +282,17 @@ def test_zero_temperature_rate_of_w2_to_limit():
     # The 10%: corrections decay like e^{-(mu1-mu3)s} relative to the leading term,
     # small for s = t/c >= 4; the measured rate is within 1% at this resolution.
     assert abs(rate / (gamma / (2 * c)) - 1.0) < 0.10, rate
+
+
+def test_coupling_bound_and_limit_on_a_token_subset():
+    # A trajectory that kept 100 of 400 tokens: the bound is for the subset's own (renormalized)
+    # measure and must still dominate its exact W2 to Pi# of its own start (SPEC §4).
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.1]), beta=np.inf)
+    x0 = sp.measures.Uniform(3).sample(400, seed=31)
+    traj = sp.ParticleSolver(model).solve(x0, [0.0, 1.0], tokens=np.arange(100))
+    bound = W.coupling_bound(traj, model)
+    limit = model.limit_measure(traj.measure(0))
+    exact = float(sp.w2(traj.measure(1), limit, method="exact"))
+    assert bound[1] >= exact - 1e-12
+    curve = sp.w2_to_limit(traj)
+    assert curve.values[1] == pytest.approx(exact, abs=1e-10)
