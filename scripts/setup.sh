@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
 # Set up spherepde in ./.venv on a fresh Debian + Python 3.11 machine.
-#  - FFTW (Debian's libfftw3-dev) so that shtns, the fast spherical-harmonic engine, can be
-#    built; without root or apt the install goes on with ducc0 alone.
+#  - Debian packages, where missing: python3-venv (a stock Debian python3 cannot create a
+#    virtualenv without it), and for shtns, the fast spherical-harmonic engine: FFTW
+#    (libfftw3-dev), a C compiler (build-essential) and the Python headers (python3-dev).
+#    Without root or apt the install goes on: shtns is skipped and ducc0 is used.
 #  - The package itself, editable, with its test extra (pytest, pyshtools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if [ ! -f /usr/include/fftw3.h ]; then
+need=()
+"$PY" -c "import ensurepip" 2>/dev/null || need+=(python3-venv)
+[ -f /usr/include/fftw3.h ] || need+=(libfftw3-dev)
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+"$PY" - <<'PYEOF' 2>/dev/null || need+=(python3-dev)
+import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
+PYEOF
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need[*]}"
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfftw3-dev) \
-      || echo "setup: could not install libfftw3-dev; shtns will be skipped, ducc0 is used"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") \
+      || echo "setup: could not install ${need[*]}; shtns will be skipped, ducc0 is used"
   elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfftw3-dev) \
-      || echo "setup: could not install libfftw3-dev; shtns will be skipped, ducc0 is used"
+    (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") \
+      || echo "setup: could not install ${need[*]}; shtns will be skipped, ducc0 is used"
   else
-    echo "setup: FFTW headers missing and no root: shtns will be skipped, ducc0 is used"
+    echo "setup: no root to install ${need[*]}: shtns will be skipped, ducc0 is used"
   fi
 fi
 
@@ -26,5 +37,4 @@ if [ -f /usr/include/fftw3.h ]; then
   .venv/bin/python -m pip install -q "shtns>=3.6" \
     || echo "setup: shtns did not build; spherepde falls back to ducc0"
 fi
-.venv/bin/python -c "import spherepde.spectral.backends as b; print('spherepde: SHT backends', b.available())" 2>/dev/null \
-  || .venv/bin/python -c "import spherepde; print('spherepde', spherepde.__version__, 'installed')"
+.venv/bin/python -c "import spherepde, spherepde.spectral.backends as b; print('spherepde', spherepde.__version__, 'installed; SHT backends:', ', '.join(b.available_backends()))"

@@ -29,6 +29,9 @@ def main(argv=None) -> int:
         except ConfigError as exc:
             print(f"spherepde: invalid scenario: {exc}", file=sys.stderr)
             return 2
+        except FloatingPointError as exc:
+            print(f"spherepde: the run stopped: {exc}", file=sys.stderr)
+            return 3
         print(res["summary"])
         print(f"spherepde: results written to {res['out'].resolve()}")
         return 0

@@ -69,6 +69,8 @@ DEFAULT = {
 }
 
 _INITIAL_KINDS = ("uniform", "vmf", "bimodal")
+#: Largest beta of a USA scenario: its steps are ~e^-beta times those of SA (e^12 ~ 1.6e5).
+USA_MAX_BETA = 12.0
 
 
 def _vec3(key, v):
@@ -155,6 +157,10 @@ def validate_config(user: dict | None) -> dict:
     if not m["normalized"] and any(math.isinf(b) for b in r["betas"]):
         raise ConfigError("run.betas contains \"inf\", which needs model.normalized = true "
                           "(the USA field grows like e^beta)")
+    if not m["normalized"] and max(r["betas"]) > USA_MAX_BETA:
+        raise ConfigError(f"run.betas must be <= {USA_MAX_BETA:g} with model.normalized = false "
+                          f"(got {max(r['betas']):g}): the USA field is of size e^beta, so its "
+                          "time steps shrink like e^-beta; use normalized = true for colder runs")
     r["t_end"] = _number("run.t_end", r["t_end"], lo=0.0, lo_open=True)
     r["n_times"] = _number("run.n_times", r["n_times"], lo=2, hi=10_000, integer=True)
 

@@ -34,6 +34,7 @@ def test_user_file_overrides(tmp_path):
         ({"model": {"rotation_axis": [0, 0, 0]}}, r"model.rotation_axis must be a nonzero vector"),
         ({"model": {"normalized": False}}, r"needs model.normalized = true"),
         ({"spectral": {"lmax": 4}}, r"spectral.lmax must be >= 8"),
+        ({"model": {"normalized": False}, "run": {"betas": [30.0]}}, r"run.betas must be <= 12"),
     ],
 )
 def test_invalid_scenarios_name_the_key(user, match):
