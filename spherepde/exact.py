@@ -232,6 +232,10 @@ def equiangular_solution(rho0: float, n: int, beta: float, t, kind: str = "SA", 
     """rho(t) of the equiangular ODE at the times t (1-D, increasing, starting at or after 0),
     integrated with DOP853 at ``rtol``. For "pre-ln" the initial radius is r0."""
     t = np.atleast_1d(np.asarray(t, dtype=np.float64))
+    if t.ndim != 1 or not np.all(np.isfinite(t)) or np.any(t < 0) or np.any(np.diff(t) < 0):
+        raise ValueError(f"t must be finite, >= 0 and non-decreasing; got {t}")
+    if t.max() == 0:
+        return np.full(t.shape, float(rho0))
     if kind == "pre-ln":
         y0 = [rho0, r0]
         f = lambda _, y: equiangular_rhs(y, n, beta, kind)

@@ -355,6 +355,10 @@ class Mixture(Measure):
         components = list(components)
         if not components:
             raise ValueError("a mixture needs at least one component")
+        for c in components:
+            if not isinstance(c, Measure):
+                raise TypeError(f"mixture components must be spherepde measures (Uniform, "
+                                f"VonMisesFisher, ...); got {type(c).__name__}")
         dims = {c.d for c in components}
         if len(dims) != 1:
             raise ValueError(f"all mixture components must live on the same sphere; got d = {sorted(dims)}")

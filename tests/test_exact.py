@@ -157,3 +157,6 @@ def test_exact_bad_input():
         exact.growth_rate(1, -1.0, 3)
     with pytest.raises(ValueError, match="kind"):
         exact.equiangular_rhs(0.5, 3, 1.0, "post")
+    assert exact.equiangular_solution(0.3, 4, 1.0, 0.0)[0] == 0.3
+    with pytest.raises(ValueError, match="non-decreasing"):
+        exact.equiangular_solution(0.3, 4, 1.0, [1.0, 0.5])

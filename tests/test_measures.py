@@ -130,6 +130,8 @@ def test_measure_bad_input():
         M.Mixture([M.Uniform(3), M.Uniform(3)], [0.5, 0.6])
     with pytest.raises(ValueError, match="positive integer"):
         M.Uniform(3).sample(0)
+    with pytest.raises(TypeError, match="mixture components must be"):
+        M.Mixture([1, 2])
 
 
 @pytest.mark.parametrize("mean, e", [([1.0, 0.3], [0.6, 0.8]), ([1.0, 0.3, 0.2, 0.1], [0.6, 0.8, 0, 0])],

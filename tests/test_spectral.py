@@ -466,3 +466,23 @@ def test_rotation_B_is_marched_in_its_axis_frame():
     a = SpectralSolver(model, **kw).solve(MU0, [0.0, 0.5, 1.0]).coefficients
     b = SpectralSolver(model, path="direct", **kw).solve(MU0, [0.0, 0.5, 1.0]).coefficients
     assert np.abs(a - b).max() < 1e-11 * np.abs(a).max()
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    (dict(cfl=0.0), ValueError, r"cfl must be a finite number > 0"),
+    (dict(rtol=-1.0), ValueError, r"rtol must be a finite number > 0"),
+    (dict(filter_order=-2), ValueError, r"filter_order must be a finite number >= 1"),
+    (dict(lmax="a"), ValueError, r"lmax must be an integer >= 1"),
+    (dict(model="m"), TypeError, r"model must be a spherepde.Model"),
+])
+def test_solver_settings_are_checked(kwargs, err, match):
+    args = dict(model=sp.Model(beta=1.0), lmax=8)
+    args.update(kwargs)
+    with pytest.raises(err, match=match):
+        SpectralSolver(args.pop("model"), args.pop("lmax"), **args)
+
+
+def test_negative_initial_density_is_refused():
+    with pytest.raises(ValueError, match="must be >= 0"):
+        SpectralSolver(sp.Model(beta=1.0), lmax=8).solve(lambda x: (1 + 2 * x[..., 2]) / (4 * np.pi),
+                                                          [0.0, 0.1])

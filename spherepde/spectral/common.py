@@ -67,12 +67,39 @@ def initial_measure(density0, d):
         return density0
 
 
+def check_settings(model, degree, name, *, rtol, atol, cfl, filter_strength, filter_order):
+    """Validate the solver options shared by the S^2 and S^1 solvers; returns the degree."""
+    from ..model import Model
+
+    if not isinstance(model, Model):
+        raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
+    try:
+        deg = int(degree)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer >= 1; got {degree!r}") from None
+    if deg != degree or deg < 1:
+        raise ValueError(f"{name} must be an integer >= 1; got {degree!r}")
+    for key, val, ok in (("rtol", rtol, lambda v: v > 0), ("atol", atol, lambda v: v >= 0),
+                         ("cfl", cfl, lambda v: v > 0),
+                         ("filter_strength", filter_strength, lambda v: v >= 0),
+                         ("filter_order", filter_order, lambda v: v >= 1)):
+        if not (isinstance(val, (int, float)) and math.isfinite(val) and ok(val)):
+            bound = {"rtol": "> 0", "atol": ">= 0", "cfl": "> 0", "filter_strength": ">= 0",
+                     "filter_order": ">= 1"}[key]
+            raise ValueError(f"{key} must be a finite number {bound}; got {val!r}")
+    return deg
+
+
 def check_values(values, what="density0"):
     values = np.asarray(values, dtype=np.float64)
     bad = ~np.isfinite(values)
     if np.any(bad):
         raise ValueError(f"{what} is NaN or inf at {int(bad.sum())} of {values.size} grid nodes; "
                          "repair the density (it must be finite everywhere on the sphere)")
+    lo = float(values.min())
+    if lo < -1e-12 * float(np.abs(values).max()):
+        raise ValueError(f"{what} must be >= 0 (a probability density); its minimum on the grid "
+                         f"is {lo:.3e}")
     return values
 
 

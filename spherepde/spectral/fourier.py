@@ -27,7 +27,7 @@ from ..measures import PointCloud
 from ..model import Model
 from ..sphere import as_points
 from .backends import fft_size
-from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_values,
+from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
                      choose_path, density_callable, direct_energy, hyperviscosity,
                      initial_measure, run_time_loop,
                      safe_exp_times, signed_attention, warn_resolution)
@@ -79,9 +79,8 @@ class FourierSolver:
                  cfl: float = 1.0, filter_strength: float = 1.0, filter_order: int = 36,
                  dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
                  resolution_tol: float = RESOLUTION_TOL, interaction_backend: str = "auto"):
-        kmax = int(kmax)
-        if kmax < 1:
-            raise ValueError(f"kmax must be >= 1; got {kmax}")
+        kmax = check_settings(model, kmax, "kmax", rtol=rtol, atol=atol, cfl=cfl,
+                              filter_strength=filter_strength, filter_order=filter_order)
         if dealias < 1.5:
             raise ValueError(f"dealias must be >= 1.5 (the 3/2 rule); got {dealias}")
         from ..timestepping import get_scheme

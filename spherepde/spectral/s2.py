@@ -41,7 +41,7 @@ from ..measures import PointCloud
 from ..model import Model
 from ..sphere import GaussGrid, as_points
 from .backends import evaluate_points, fft_size, get_backend, lm_arrays
-from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_values,
+from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
                      choose_path, density_callable, direct_energy, hyperviscosity,
                      initial_measure, run_time_loop,
                      safe_exp_times, signed_attention, warn_resolution)
@@ -137,9 +137,8 @@ class SpectralSolver:
                  atol: float = 1e-11, cfl: float = 1.0, filter_strength: float = 1.0,
                  filter_order: int = 36, dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
                  resolution_tol: float = RESOLUTION_TOL, interaction_backend: str = "auto"):
-        lmax = int(lmax)
-        if lmax < 1:
-            raise ValueError(f"lmax must be >= 1; got {lmax}")
+        lmax = check_settings(model, lmax, "lmax", rtol=rtol, atol=atol, cfl=cfl,
+                              filter_strength=filter_strength, filter_order=filter_order)
         self.model = model
         self._frame = self._inner = None
         self.path, fac = choose_path(model, path, 3)
