@@ -98,7 +98,8 @@ def main():
             + table(rows, ["beta", "min W2", "t at min", "W2 at t = 14"])
             + f"\n\nClosest approach: t* = {slope_t:.2f} log β + {icpt:.2f} (SPEC: t* ~ log β). "
             f"Depth: min W2 ∝ (log(β+1)/β)^{{{slope_w / 2:.2f}}}, i.e. slope {slope_w:.2f} against "
-            "sqrt(log(β+1)/β) (SPEC bound: <= 1). The largest β flattens the trend: the kernel width "
+            "sqrt(log(β+1)/β) (the SPEC bound W2 ≲ sqrt(log(β+1)/β) needs a slope >= 1). The largest "
+            "β flattens the trend: the kernel width "
             f"1/sqrt(β) = {1 / np.sqrt(b[-1]):.3f} rad approaches the token spacing "
             f"sqrt(4π/N) = {np.sqrt(4 * np.pi / x0.shape[0]):.3f} rad, where N = {x0.shape[0]} tokens no "
             "longer behave like a density.\n\n"
