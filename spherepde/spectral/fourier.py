@@ -240,10 +240,10 @@ class FourierSolution:
 
     def save(self, path) -> str:
         return save_npz(path, kind=np.str_("S1"), times=self.times,
-                            coefficients=self.coefficients, n=np.int64(self.n),
-                            path=np.str_(self.path),
-                            **{f"diag_{k}": v for k, v in self.diagnostics.items()},
-                            **self.model.to_arrays())
+                        coefficients=self.coefficients, n=np.int64(self.n),
+                        path=np.str_(self.path),
+                        **{f"diag_{k}": v for k, v in self.diagnostics.items()},
+                        **self.model.to_arrays())
 
     @classmethod
     def load(cls, path) -> "FourierSolution":

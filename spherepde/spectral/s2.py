@@ -162,10 +162,8 @@ class SpectralSolver:
         self.grid = GaussGrid(nlat, nlon)
         self.l, self.m = self.sht.l, self.sht.m
         pts = self.grid.points
-        st, ct = np.sin(self.grid.theta)[:, None], self.grid.cost[:, None]
-        cp, sp_ = np.cos(self.grid.phi)[None, :], np.sin(self.grid.phi)[None, :]
-        self._e_theta = np.stack(np.broadcast_arrays(ct * cp, ct * sp_, -st + 0 * cp), axis=-1)
-        self._e_phi = np.stack(np.broadcast_arrays(-sp_ + 0 * ct, cp + 0 * ct, 0 * ct * cp), axis=-1)
+        frame = local_frame(nlat, nlon)  # (e_r, e_theta, e_phi) on the dealiased grid
+        self._e_theta, self._e_phi = frame[1], frame[2]
         self._points_flat = pts.reshape(-1, 3)
         self._weights_flat = self.grid.weights.reshape(-1)
         if self.path == "funk_hecke":
@@ -174,7 +172,6 @@ class SpectralSolver:
             # the attention is M [x Wr + wt e_theta + wp e_phi] / G with M = V O^T = A/c; the
             # flux needs its e_theta and e_phi components: C[a, b] = <e_a, M e_b>
             M = model.V @ self.O.T
-            frame = local_frame(nlat, nlon)
             self._C = np.ascontiguousarray(np.stack(
                 [np.sum(frame[a] * (frame[b] @ M.T), axis=-1) for a in (1, 2) for b in (0, 1, 2)]))
             kappa = model.beta * self.c
@@ -427,11 +424,11 @@ class SpectralSolution:
     def save(self, path) -> str:
         """Write times, coefficients, diagnostics and the model to ``path`` (.npz), atomically."""
         return save_npz(path, kind=np.str_("S2"), times=self.times,
-                            coefficients=self.coefficients, lmax=np.int64(self.lmax),
-                            grid_shape=np.array(self.grid_shape), backend=np.str_(self.backend),
-                            path=np.str_(self.path),
-                            **{f"diag_{k}": v for k, v in self.diagnostics.items()},
-                            **self.model.to_arrays())
+                        coefficients=self.coefficients, lmax=np.int64(self.lmax),
+                        grid_shape=np.array(self.grid_shape), backend=np.str_(self.backend),
+                        path=np.str_(self.path),
+                        **{f"diag_{k}": v for k, v in self.diagnostics.items()},
+                        **self.model.to_arrays())
 
     @classmethod
     def load(cls, path) -> "SpectralSolution":
