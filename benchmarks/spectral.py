@@ -19,8 +19,8 @@ import time
 import numpy as np
 
 import spherepde as sp
-from spherepde.spectral import SpectralSolver
-from spherepde.spectral.backends import available_backends, fft_size, get_backend
+from spherepde.density import SpectralSolver
+from spherepde.transforms.sht import available_backends, fft_size, get_backend
 
 
 def best_time(fn, repeat):

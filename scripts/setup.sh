@@ -37,4 +37,4 @@ if [ -f /usr/include/fftw3.h ]; then
   .venv/bin/python -m pip install -q "shtns>=3.6" \
     || echo "setup: shtns did not build; spherepde falls back to ducc0"
 fi
-.venv/bin/python -c "import spherepde, spherepde.spectral.backends as b; print('spherepde', spherepde.__version__, 'installed; SHT backends:', ', '.join(b.available_backends()))"
+.venv/bin/python -c "import spherepde, spherepde.transforms.sht as b; print('spherepde', spherepde.__version__, 'installed; SHT backends:', ', '.join(b.available_backends()))"

@@ -1,4 +1,4 @@
-"""spherepde: mean-field dynamics of self-attention on the sphere (see SPEC §5).
+"""spherepde: mean-field dynamics of self-attention on the sphere (the public surface; docs/theory.md states the equations).
 
 >>> import numpy as np, spherepde as sp
 >>> model = sp.Model(V=np.diag([1.0, 0.5, 0.25]), beta=np.inf)
@@ -13,7 +13,8 @@ from .model import AssumptionError, AssumptionReport, Model
 __version__ = "0.1.0"
 
 __all__ = ["Model", "AssumptionReport", "AssumptionError", "PointCloud", "measures", "sphere",
-           "exact", "timestepping", "__version__"]
+           "exact", "timestepping", "ParticleSolver", "Trajectory", "SpectralSolver",
+           "FourierSolver", "w2", "w2_to_limit", "__version__"]
 
 
 def __getattr__(name):
@@ -22,15 +23,17 @@ def __getattr__(name):
     lazy = {
         "ParticleSolver": ("particles", "ParticleSolver"),
         "Trajectory": ("particles", "Trajectory"),
-        "SpectralSolver": ("spectral", "SpectralSolver"),
-        "FourierSolver": ("spectral", "FourierSolver"),
+        "SpectralSolver": ("density", "SpectralSolver"),
+        "FourierSolver": ("density", "FourierSolver"),
         "w2": ("wasserstein", "w2"),
         "w2_to_limit": ("wasserstein", "w2_to_limit"),
         "wasserstein": ("wasserstein", None),
         "particles": ("particles", None),
-        "spectral": ("spectral", None),
+        "density": ("density", None),
+        "spectral": ("density", None),  # the old name of the density package
         "interaction": ("interaction", None),
-        "diagnostics": ("diagnostics", None),
+        "diagnostics": ("analysis.diagnostics", None),
+        "analysis": ("analysis", None),
     }
     if name in lazy:
         import importlib

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from spherepde import io
-from spherepde.cli import main
+from spherepde.app.cli import main
 
 SMALL = """
 [run]

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from spherepde.config import DEFAULT, ConfigError, load_config, validate_config
+from spherepde.app.config import DEFAULT, ConfigError, load_config, validate_config
 
 
 def test_default_scenario_is_valid():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde.crossval import cross_validate, empirical_rate
+from spherepde.analysis.crossval import cross_validate, empirical_rate
 from spherepde.sphere import random_rotation
 
 

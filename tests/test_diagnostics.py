@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde import diagnostics as dg
+from spherepde.analysis import diagnostics as dg
 
 
 def uniform(n, d, seed):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde import diagnostics as dg
+from spherepde.analysis import diagnostics as dg
 from spherepde import exact
 from spherepde.particles import ParticleSolver, Trajectory
 from spherepde.sphere import random_rotation

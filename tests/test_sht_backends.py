@@ -7,7 +7,7 @@ import pytest
 
 import spherepde as sp
 from spherepde.sphere import random_rotation
-from spherepde.spectral import backends as bk
+from spherepde.transforms import sht as bk
 
 AVAILABLE = bk.available_backends()
 L = 12

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import spherepde as sp
-from spherepde.diagnostics import cluster_count, common_hemisphere, interaction_energy, mean_inner_product
+from spherepde.analysis.diagnostics import cluster_count, common_hemisphere, interaction_energy, mean_inner_product
 
 from _common import publish, table
 

@@ -85,7 +85,7 @@ def main():
     peaks = int(np.sum((f > np.roll(f, 1)) & (f >= np.roll(f, -1)) & (f > 1 / (2 * np.pi))))
     # The same instability seen by tokens: 2000 uniform samples (noise ~ N^-1/2 in every mode),
     # run until the clusters have collapsed.
-    from spherepde.diagnostics import cluster_count
+    from spherepde.analysis.diagnostics import cluster_count
 
     x0 = sp.measures.Uniform(2).sample(2000, seed=1)
     t_tok = np.array([0.0, 1.5, 2.0, 3.0, 4.0]) * T

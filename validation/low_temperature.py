@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import spherepde as sp
-from spherepde.scenario import rotation_matrix
+from spherepde.app.scenario import rotation_matrix
 
 from _common import publish, table
 

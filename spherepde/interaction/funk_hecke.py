@@ -155,7 +155,7 @@ def attention_s2(rho_lm: np.ndarray, sht, c: float, O: np.ndarray, V: np.ndarray
     Parameters
     ----------
     rho_lm : (nlm,) coefficients of the density (layout of ``sht``)
-    sht : :class:`spherepde.spectral.backends.SHTBackend` whose grid receives the field
+    sht : :class:`spherepde.transforms.sht.SHTBackend` whose grid receives the field
     c, O : B = c·O, c > 0, O (3, 3) orthogonal
     V : (3, 3)
     beta : float, finite
@@ -292,7 +292,7 @@ class GeneralFunkHecke:
         s = (self.kappa - 0.5 * (self.kmax_ + self.kmin)) / half if half > 0 else 0 * self.kappa
         P = self.coef.shape[1]
         self.T = np.cos(np.arange(P)[:, None] * np.arccos(np.clip(s, -1, 1))[None, :])  # (P, m)
-        from ..spectral.backends import lm_arrays
+        from ..transforms.sht import lm_arrays
 
         self.l, _ = lm_arrays(self.lmax)
         self.sq = np.sqrt(self.l * (self.l + 1.0))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linprog
 
-from .measures import PointCloud
+from ..measures import PointCloud
 
 __all__ = ["interaction_energy", "log_partition", "mean_inner_product", "cluster_count",
            "clusters", "common_hemisphere", "CLUSTER_TOL"]
@@ -40,7 +40,7 @@ def log_partition(x, keys, weights, beta: float, chunk: int = 512) -> np.ndarray
     r""":math:`\log\sum_j w_j e^{\beta\langle x_i, k_j\rangle}` for queries x (m, d), keys (n, d),
     weights (n,); returns (m,). O(m + n) memory with numba, O(chunk·n) without."""
     try:
-        from .interaction.fused import log_partition_numba
+        from ..interaction.fused import log_partition_numba
     except ImportError:  # numba missing: blocked numpy
         from scipy.special import logsumexp
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .measures import PointCloud, as_point_cloud
+from ..measures import PointCloud, as_point_cloud
 
 __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
            "COSTS", "METHODS"]

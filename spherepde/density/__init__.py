@@ -1,14 +1,14 @@
 """Spectral density solvers: spherical harmonics on S^2 (:class:`SpectralSolver`) and Fourier
 on S^1 (:class:`FourierSolver`), over a thin SHT backend layer (:mod:`.backends`)."""
-from .backends import available_backends, get_backend
+from ..transforms.sht import available_backends, get_backend
 from .common import ResolutionWarning
-from .s2 import SpectralSolution, SpectralSolver
+from .s2_spectral import SpectralSolution, SpectralSolver
 
 __all__ = ["SpectralSolver", "SpectralSolution", "ResolutionWarning", "available_backends",
            "get_backend"]
 
 try:  # the S^1 solver lives in its own module
-    from .fourier import FourierSolution, FourierSolver  # noqa: F401
+    from .s1_fourier import FourierSolution, FourierSolver  # noqa: F401
 
     __all__ += ["FourierSolver", "FourierSolution"]
 except ImportError:  # pragma: no cover - while fourier.py is being written

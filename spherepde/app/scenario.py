@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import io
+from .. import io
 from .config import load_config, validate_config
-from .measures import Mixture, PointCloud, Uniform, VonMisesFisher
-from .model import Model
+from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
+from ..model import Model
 
 __all__ = ["build_model", "build_initial", "run_scenario"]
 
@@ -86,8 +86,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     """
     from tqdm.auto import tqdm
 
-    from .particles import ParticleSolver
-    from .wasserstein import w2
+    from ..particles import ParticleSolver
+    from ..wasserstein import w2
 
     if cfg is None or isinstance(cfg, (str, Path)):
         cfg = load_config(cfg)
@@ -113,7 +113,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     spectral_note = "disabled in the scenario ([spectral] enabled = false)"
     if spectral_ok:
         try:
-            from .spectral import SpectralSolver
+            from ..density import SpectralSolver
         except ImportError as exc:  # pragma: no cover - reported in the summary
             spectral_ok = False
             spectral_note = f"unavailable: {exc}"

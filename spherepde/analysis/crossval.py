@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .measures import PointCloud, as_measure
-from .sphere import GaussGrid
+from ..measures import PointCloud, as_measure
+from ..sphere import GaussGrid
 
 __all__ = ["CrossValidation", "cross_validate", "grid_cloud", "empirical_rate"]
 
@@ -105,9 +105,9 @@ def cross_validate(model, density0, times, n_particles=(250, 500, 1000), lmax=(2
     -------
     CrossValidation
     """
-    from .particles import ParticleSolver
-    from .spectral import SpectralSolver
-    from .wasserstein import w2
+    from ..particles import ParticleSolver
+    from ..density import SpectralSolver
+    from ..wasserstein import w2
 
     if model.d != 3:
         raise ValueError(f"cross-validation runs on S^2 (d = 3); the model has d = {model.d}")

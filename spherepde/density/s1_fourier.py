@@ -7,7 +7,7 @@ e^{ik\theta}` (density against arc length, so the uniform density is 1/(2 pi)):
           \dot\theta = \langle e_\theta, \mathrm{Attn}[\rho](x)\rangle,
           \quad e_\theta = (-\sin\theta, \cos\theta).
 
-Same contract as :class:`spherepde.spectral.SpectralSolver`: the flux on a 3/2-rule grid,
+Same contract as :class:`spherepde.density.SpectralSolver`: the flux on a 3/2-rule grid,
 the attention by Bessel multipliers :math:`2\pi I_k(\beta c)` when B = c·(rotation or
 reflection) (:func:`spherepde.interaction.funk_hecke.attention_s1`), by direct quadrature
 through the shared kernels otherwise, or the zero-temperature field; explicit RK from the
@@ -26,7 +26,7 @@ from ..io import save_npz
 from ..measures import PointCloud
 from ..model import Model
 from ..sphere import as_points
-from .backends import fft_size
+from ..transforms.sht import fft_size
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
                      choose_path, density_callable, direct_energy, hyperviscosity,
                      initial_measure, run_time_loop,
@@ -62,7 +62,7 @@ class FourierSolver:
         Largest wavenumber K.
     path, scheme, dt, rtol, atol, cfl, filter_strength, filter_order, dealias, mass_rtol,
     resolution_tol, interaction_backend :
-        As in :class:`spherepde.spectral.SpectralSolver` (with K for L).
+        As in :class:`spherepde.density.SpectralSolver` (with K for L).
 
     Examples
     --------

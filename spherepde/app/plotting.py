@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .io import atomic_path  # noqa: E402
+from ..io import atomic_path  # noqa: E402
 
 __all__ = ["plot_w2_curves", "plot_density_maps", "plot_particles"]
 

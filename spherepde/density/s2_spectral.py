@@ -17,7 +17,7 @@ One right-hand side:
    through the shared interaction kernels (:func:`spherepde.interaction.attention`) for general
    B, with weights = quadrature weight × rho (where a truncated rho dips below 0 the positive
    and negative parts are summed separately, see
-   :func:`spherepde.spectral.common.signed_attention`), (c) the zero-temperature local field;
+   :func:`spherepde.density.common.signed_attention`), (c) the zero-temperature local field;
    optionally (d) the sub-quadratic Chebyshev–Funk–Hecke path for general B;
 3. the flux F = rho P_x(attention), its divergence by a vector (spheroidal) analysis,
    :math:`(\operatorname{div}F)_{\ell m} = -\ell(\ell+1) S_{\ell m}`;
@@ -40,7 +40,7 @@ from ..io import save_npz
 from ..measures import PointCloud
 from ..model import Model
 from ..sphere import GaussGrid, as_points
-from .backends import evaluate_points, fft_size, get_backend, lm_arrays
+from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
                      choose_path, density_callable, direct_energy, hyperviscosity,
                      initial_measure, run_time_loop,
@@ -363,7 +363,7 @@ class SpectralSolution:
     ----------
     times : (T,)
     coefficients : (T, nlm) complex, real-harmonic coefficients in the m-major layout of
-        :func:`spherepde.spectral.backends.lm_arrays`
+        :func:`spherepde.transforms.sht.lm_arrays`
     lmax : int
     model, initial_measure : the model and the density0 given to ``solve``
     diagnostics : dict of (T,) arrays: ``mass`` (integral of rho), ``min`` (smallest grid value),
