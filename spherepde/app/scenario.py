@@ -56,7 +56,8 @@ def build_model(cfg: dict, beta: float) -> Model:
     m = cfg["model"]
     O = rotation_matrix(m["rotation_axis"], m["rotation_angle"])
     S = np.diag(m["eigenvalues"])
-    return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"])
+    return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"],
+                 rescale_time=m["rescale_time"])
 
 
 def build_initial(cfg: dict):
@@ -218,7 +219,10 @@ def run_one(task: Task) -> Run:
 def reference_model(cfg: dict) -> Model:
     """The model whose Π defines the limit: zero temperature for SA, the first β for USA
     (Π depends only on A, so any β gives the same projection)."""
-    return build_model(cfg, math.inf if cfg["model"]["normalized"] else cfg["run"]["betas"][0])
+    m = cfg["model"]
+    beta = math.inf if m["normalized"] else cfg["run"]["betas"][0]
+    # without the time change of rescale_time: the report states A = V B^T as configured
+    return build_model({**cfg, "model": {**m, "rescale_time": False}}, beta)
 
 
 class OutputError(RuntimeError):
@@ -275,7 +279,8 @@ def _prepare_folder(out: Path) -> None:
 
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,
-                 fresh: bool = False, progress: bool = True, notify=None) -> dict:
+                 fresh: bool = False, progress: bool = True, notify=None,
+                 figures: bool = True) -> dict:
     """Run a scenario (the default one when ``cfg`` is None) and write its outputs.
 
     Maps :func:`run_one` over :func:`tasks_of`, reusing the runs saved under ``<out>/runs/``.
@@ -286,6 +291,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     ----------
     notify : callable notify(text), optional
         Receives one-line notices (a damaged saved run, ...); default: print to stderr.
+    figures : bool
+        Draw the figures (False: results, summary and scenario only).
 
     Returns a dict with the output folder, the :class:`Run` records, how many were reused,
     the fitted rate and the summary text. Ctrl-C raises :class:`RunInterrupted`.
@@ -345,7 +352,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         spectral_note = None if cfg["spectral"]["enabled"] else \
             "disabled in the scenario ([spectral] enabled = false)"
         summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
-                                 spectral_note)
+                                 spectral_note, figures)
         (out / IN_PROGRESS).unlink()
     except KeyboardInterrupt:
         raise RunInterrupted(len(runs), len(tasks), folder) from None
@@ -377,8 +384,7 @@ def _fit_zero_temperature_rate(runs: list[Run], report):
 
 
 def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report, rate, x0,
-                   spectral_note):
-    from . import plotting
+                   spectral_note, figures=True):
 
     arrays = {}
     for run in runs:
@@ -392,15 +398,25 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
     io.save_npz(out / "results.npz", meta={"scenario": used, "cost": "chordal",
                                            "gap": report.gap, "rate": rate}, **arrays)
     io.write_json(out / "scenario.json", used)
-    plotting.plot_w2_curves(runs, out / "w2_to_limit.png", gap=report.gap)
-    plotting.plot_density_maps(runs, out / "densities.png")
-    plotting.plot_particles(runs, x0, e, out / "particles.png")
+    figure_names = ("w2_to_limit.png", "densities.png", "particles.png")
+    if figures:
+        from . import plotting
+
+        plotting.plot_w2_curves(runs, out / figure_names[0], gap=report.gap)
+        plotting.plot_density_maps(runs, out / figure_names[1])
+        plotting.plot_particles(runs, x0, e, out / figure_names[2])
+    else:  # figures of an earlier scenario would describe another run
+        for name in figure_names:
+            (out / name).unlink(missing_ok=True)
 
     if cfg["model"]["normalized"]:
         attention = "softmax-normalized self-attention (SA)"
     else:
         attention = ("unnormalized self-attention (USA: no softmax denominator, so tokens move "
                      "at speeds up to e^beta; the projection Pi is the same as for SA)")
+        if cfg["model"]["rescale_time"]:
+            attention += (", with time measured in units of the kernel's maximum e^beta "
+                          "(model.rescale_time = true: t here is e^-beta times USA's time)")
     lines = ["# spherepde run: low-temperature concentration on S^2", "",
              f"Tokens and their density evolve under {attention} with B = Q^T K a rotation "
              "and A = V B^T symmetric (docs/theory.md, section 3.1). W2 is the chordal "
@@ -446,8 +462,8 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
                   "| beta | max difference |", "|---|---|", *diffs]
     elif spectral_note:
         lines += ["", f"The spectral solver was not run: {spectral_note}."]
-    lines += ["", "Files: results.npz, scenario.json, w2_to_limit.png, densities.png, particles.png, "
-              "runs/ (one file per finished run; a rerun reuses them)."]
+    files = "results.npz, scenario.json, " + (", ".join(figure_names) + ", " if figures else "")
+    lines += ["", f"Files: {files}runs/ (one file per finished run; a rerun reuses them)."]
     text = "\n".join(lines) + "\n"
     io.write_text(out / "summary.md", text)
     return text
