@@ -151,7 +151,14 @@ class Model:
         self.beta = beta
         self.normalized = bool(normalized)
         self.hardmax = bool(hardmax)
-        self.B = self.Q.T @ self.K
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.B = self.Q.T @ self.K
+            AB = self.V @ self.B.T
+        if not (np.all(np.isfinite(self.B)) and np.all(np.isfinite(AB))):
+            big = max(float(np.abs(M).max()) for M in (self.Q, self.K, self.V))
+            raise ValueError(f"B = Q^T K or A = V B^T overflows float64 (entries of Q, K, V up "
+                             f"to {big:.3g}); scale the matrices down (beta sets the scale of "
+                             "the attention)")
         #: Factor of the time change (1 unless ``rescale_time``): model time = USA time / it.
         self.time_scale = 1.0
         if rescale_time:
@@ -181,8 +188,10 @@ class Model:
         """Check SPEC §3.1: B invertible, A = V B^T symmetric, spectral gap gamma > 0."""
         sv = np.linalg.svd(self.B, compute_uv=False)
         cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else np.inf
-        nA = np.linalg.norm(self.A)
-        asym = float(np.linalg.norm(self.A - self.A.T) / nA) if nA > 0 else 0.0
+        top = float(np.abs(self.A).max())
+        An = self.A / top if top > 0 else self.A  # scaled first: no overflow in the norm
+        nA = np.linalg.norm(An)
+        asym = float(np.linalg.norm(An - An.T) / nA) if nA > 0 else 0.0
         S = 0.5 * (self.A + self.A.T)
         ev = np.linalg.eigvalsh(S)[::-1]
         scale = max(1.0, abs(ev[0]))
