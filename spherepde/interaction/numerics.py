@@ -15,8 +15,7 @@ import math
 import numpy as np
 
 __all__ = ["LOG_FLOAT_MAX", "log_weights", "USAOverflowError", "usa_overflow_error",
-           "check_usa_overflow",
-           "usa_scale", "exp_times"]
+           "check_usa_overflow", "usa_scale", "exp_times"]
 
 #: log of the largest finite float64, minus a margin for the sum over tokens.
 LOG_FLOAT_MAX = 700.0
