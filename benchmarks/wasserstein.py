@@ -1,4 +1,4 @@
-"""Timings of spherepde.wasserstein (SPEC §4 targets: semi-discrete under a second for a
+"""Timings of spherepde.wasserstein (docs/theory.md §4 targets: semi-discrete under a second for a
 10^5-node grid density against two atoms; exact network simplex up to ~2e4 points a side).
 
     .venv/bin/python benchmarks/wasserstein.py            # default sizes

@@ -1,11 +1,11 @@
-r"""Closed forms of SPEC §3, used by the tests and the validation scripts.
+r"""Closed forms of docs/theory.md §3, used by the tests and the validation scripts.
 
-- :func:`zero_temperature_flow` — SPEC §3.3, the time-changed normalized power flow.
+- :func:`zero_temperature_flow` — docs/theory.md §3.3, the time-changed normalized power flow.
 - :func:`zero_temperature_density` — the pushed density for B = c·orthogonal.
-- :func:`funk_hecke_eigenvalue`, :func:`growth_rate` — SPEC §3.4, linear instability of the
+- :func:`funk_hecke_eigenvalue`, :func:`growth_rate` — docs/theory.md §3.5, linear instability of the
   uniform state.
-- :func:`equiangular_rhs`, :func:`equiangular_solution` — SPEC §3.7.
-- :func:`long_context_limit` — SPEC §3.8.
+- :func:`equiangular_rhs`, :func:`equiangular_solution` — docs/theory.md §3.8.
+- :func:`long_context_limit` — docs/theory.md §3.9.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _flow_direction(A, x0, s):
 def zero_temperature_flow(model, x0, t, rtol: float = 1e-13) -> np.ndarray:
     r"""Tokens under the zero-temperature field :math:`\dot x = P_x A x / |B^\top x|`.
 
-    SPEC §3.3: :math:`x(t) = e^{sA}x_0/|e^{sA}x_0|` with :math:`ds/dt = 1/|B^\top x(t)|`.
+    docs/theory.md §3.3: :math:`x(t) = e^{sA}x_0/|e^{sA}x_0|` with :math:`ds/dt = 1/|B^\top x(t)|`.
     When B = c·O with O orthogonal, s = t/c for every token; otherwise the scalar time change
     is integrated per token (DOP853 at ``rtol``), which is all the numerics there is.
 
@@ -94,7 +94,7 @@ def zero_temperature_flow(model, x0, t, rtol: float = 1e-13) -> np.ndarray:
 
 
 class ZeroTemperatureDensity(Measure):
-    r"""The density :math:`\rho_t` pushed by the zero-temperature flow, B = c·O (SPEC §3.3).
+    r"""The density :math:`\rho_t` pushed by the zero-temperature flow, B = c·O (docs/theory.md §3.3).
 
     .. math:: \rho_t(y) = \rho_0(My/|My|)\, e^{-(t/c)\operatorname{tr}A} / |My|^d,
               \qquad M = e^{-(t/c)A}.
@@ -172,7 +172,7 @@ def funk_hecke_eigenvalue(ell, beta: float, d: int, log: bool = False):
 
 
 def growth_rate(ell, beta: float, d: int = 3, normalized: bool = True):
-    r"""Growth rate of the mode Y_ell around the uniform state, Q = K = V = I (SPEC §3.4).
+    r"""Growth rate of the mode Y_ell around the uniform state, Q = K = V = I (docs/theory.md §3.5).
 
     SA: :math:`\lambda_\ell = \ell(\ell+d-2)\, I_{\ell+d/2-1}(\beta) / (\beta I_{d/2-1}(\beta))`.
     USA: :math:`\lambda_\ell = \ell(\ell+d-2)\,\kappa_\ell/\beta` with kappa_ell of
@@ -199,7 +199,7 @@ _KINDS = ("SA", "USA", "post-ln", "pre-ln")
 
 
 def equiangular_rhs(state, n: int, beta: float, kind: str = "SA"):
-    r"""Right-hand side of the equiangular ODE (SPEC §3.7) for n tokens with
+    r"""Right-hand side of the equiangular ODE (docs/theory.md §3.8) for n tokens with
     :math:`\langle x_i, x_j\rangle = \rho`, Q = K = V = I.
 
     - "SA" and "post-ln" (continuous-time Post-LN is SA):
@@ -250,7 +250,7 @@ def equiangular_solution(rho0: float, n: int, beta: float, t, kind: str = "SA", 
 
 
 def long_context_limit(rho: float, gamma: float) -> float:
-    r"""Limit of <theta_i, theta_j> after one Pre-LN layer with beta_n = gamma log n (SPEC §3.8):
+    r"""Limit of <theta_i, theta_j> after one Pre-LN layer with beta_n = gamma log n (docs/theory.md §3.9):
     1, 4 rho/(1 + 3 rho), or rho for gamma <, =, > 1/(1 - rho)."""
     if not 0 < rho < 1:
         raise ValueError(f"rho must lie in (0, 1); got {rho}")

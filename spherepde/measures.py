@@ -1,6 +1,6 @@
 r"""Probability measures on S^{d-1}: densities, samplers and weighted point clouds.
 
-Densities are taken relative to the surface-area measure (SPEC §1), so the uniform
+Densities are taken relative to the surface-area measure (docs/theory.md §1), so the uniform
 density on S^2 is 1/(4 pi). Every measure can be handed over as a weighted
 :class:`PointCloud`, the common currency of the Wasserstein tools.
 """

@@ -1,6 +1,6 @@
 r"""The attention model: weights Q, K, V, inverse temperature beta, SA / USA / beta = inf.
 
-SPEC §1–§3: B = Q^T K, A = V B^T. The velocity of a token at x under a measure mu is
+docs/theory.md §1–§3: B = Q^T K, A = V B^T. The velocity of a token at x under a measure mu is
 
 .. math::
     X[\mu](x) = P_x \frac{\int e^{\beta\langle x, By\rangle} V y\, d\mu(y)}
@@ -33,12 +33,12 @@ COND_MAX = 1e12
 
 
 class AssumptionError(ValueError):
-    """Raised when the projected limit is asked for but SPEC §3.1's assumptions fail."""
+    """Raised when the projected limit is asked for but docs/theory.md §3.1's assumptions fail."""
 
 
 @dataclass
 class AssumptionReport:
-    """Structured check of SPEC §3.1 (assumption 1 of the low-temperature paper).
+    """Structured check of docs/theory.md §3.1 (assumption 1 of the low-temperature paper).
 
     Attributes
     ----------
@@ -94,7 +94,7 @@ def _matrix(M, d, name):
 
 
 class Model:
-    r"""Single-head self-attention dynamics on S^{d-1} (SPEC §2).
+    r"""Single-head self-attention dynamics on S^{d-1} (docs/theory.md §2).
 
     Parameters
     ----------
@@ -112,13 +112,13 @@ class Model:
     rescale_time : bool
         USA only. The USA field is of size up to :math:`e^{\beta\|B\|_2}` (the kernel's
         maximum over the sphere), so its time scale shrinks like :math:`e^{-\beta}`; at large
-        beta an adaptive solver needs ~e^beta steps. With ``rescale_time=True`` time is
-        measured in units of :math:`e^{\beta\|B\|_2}`, i.e. the velocity is divided by the
-        kernel's maximum (for B = I this is the rescaling t -> t e^{-beta} used for USA in
-        Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv:2312.10794). The USA field is linear
-        in V, so this is done once: the model stores ``V * time_scale`` (``time_scale`` =
-        :math:`e^{-\beta\|B\|_2}`), and every solver runs the rescaled dynamics unchanged.
-        The trajectories are those of plain USA at times ``t / time_scale``.
+        beta an adaptive solver needs ~e^beta steps. With ``rescale_time=True`` the velocity is
+        divided by the kernel's maximum (for B = I this is the rescaling t = tau e^{-beta} used
+        for USA in Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv:2312.10794; see
+        docs/theory.md §2.2). The USA field is linear in V, so this is done once: the model
+        stores ``V * time_scale`` (``time_scale`` = :math:`e^{-\beta\|B\|_2}`) and every
+        solver runs the rescaled dynamics unchanged. The state at time tau of the rescaled
+        model is the plain USA state at time ``tau * time_scale``.
 
     Examples
     --------
@@ -186,7 +186,7 @@ class Model:
                      hardmax=self.hardmax)
 
     def check_assumptions(self) -> AssumptionReport:
-        """Check SPEC §3.1: B invertible, A = V B^T symmetric, spectral gap gamma > 0."""
+        """Check docs/theory.md §3.1: B invertible, A = V B^T symmetric, spectral gap gamma > 0."""
         sv = np.linalg.svd(self.B, compute_uv=False)
         cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else np.inf
         top = float(np.abs(self.A).max())
@@ -213,11 +213,11 @@ class Model:
     def dominant_subspace(self) -> np.ndarray:
         """Orthonormal basis (d, dim E) of E, the eigenspace of the largest eigenvalue of A.
 
-        Raises AssumptionError, naming the failed assumption, when SPEC §3.1 does not hold.
+        Raises AssumptionError, naming the failed assumption, when docs/theory.md §3.1 does not hold.
         """
         rep = self.check_assumptions()
         if not rep.ok:
-            raise AssumptionError("the projected limit needs SPEC §3.1's assumptions: "
+            raise AssumptionError("the projected limit needs docs/theory.md §3.1's assumptions: "
                                   + "; ".join(rep.problems))
         w, U = np.linalg.eigh(0.5 * (self.A + self.A.T))
         return U[:, ::-1][:, : rep.dim_E]

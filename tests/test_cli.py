@@ -38,7 +38,7 @@ def test_run_writes_results_figures_and_summary(small_run):
     assert res["meta"]["cost"] == "chordal"
     t, w = res["particles_beta=inf/times"], res["particles_beta=inf/w2"]
     assert t.shape == (9,) and np.all(np.isfinite(w))
-    # Zero temperature: W2 to Pi#mu^N_0 decreases along the flow (SPEC §3.1).
+    # Zero temperature: W2 to Pi#mu^N_0 decreases along the flow (docs/theory.md §3.1).
     assert np.all(np.diff(w) < 0)
     # Spectral and particle curves start from the same rho_0: at t = 0 they differ only by the
     # empirical-measure error of 300 samples (~N^-1/2 ~ 0.06 in W2 units, 3 sigma margin).

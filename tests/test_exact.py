@@ -1,4 +1,4 @@
-"""Closed forms of SPEC §3 against independent numerics."""
+"""Closed forms of docs/theory.md §3 against independent numerics."""
 import numpy as np
 import pytest
 from scipy import integrate, linalg, special
@@ -64,7 +64,7 @@ def test_zero_temperature_density_matches_pushed_samples():
     fx = feats(x)
     z = (fx.mean(0) - ref) / (fx.std(0) / np.sqrt(n))
     assert np.all(np.abs(z) < 5), z
-    # Uniform rho0 pushes to the angular central Gaussian with Sigma = e^{2tA} (SPEC §3.3).
+    # Uniform rho0 pushes to the angular central Gaussian with Sigma = e^{2tA} (docs/theory.md §3.3).
     acg = sp.measures.ACG(linalg.expm(2 * t * model.A))
     uni_t = exact.zero_temperature_density(model, sp.measures.Uniform(3), t)
     y = normalize(np.random.default_rng(14).standard_normal((50, 3)))
@@ -97,13 +97,13 @@ def test_funk_hecke_eigenvalue_against_quadrature(d, beta):
 
 
 def test_growth_rates():
-    # SA and USA differ by the normalization kappa_0 (SPEC §3.4).
+    # SA and USA differ by the normalization kappa_0 (docs/theory.md §3.5).
     ell = np.arange(1, 10)
     for d in (2, 3, 4):
         sa = exact.growth_rate(ell, 3.0, d)
         usa = exact.growth_rate(ell, 3.0, d, normalized=False)
         np.testing.assert_allclose(usa / sa, exact.funk_hecke_eigenvalue(0, 3.0, d), rtol=1e-13)
-    # S^2 form of SPEC §3.4: l(l+1) i_l(beta)/(beta i_0(beta)) with scipy's spherical_in.
+    # S^2 form of docs/theory.md §3.5: l(l+1) i_l(beta)/(beta i_0(beta)) with scipy's spherical_in.
     sa3 = exact.growth_rate(ell, 3.0, 3)
     ref = ell * (ell + 1) * special.spherical_in(ell, 3.0) / (3.0 * special.spherical_in(0, 3.0))
     np.testing.assert_allclose(sa3, ref, rtol=1e-13)
@@ -111,7 +111,7 @@ def test_growth_rates():
     assert exact.growth_rate(1, 1e-8, 3) == pytest.approx(exact.growth_rate(1, 0.0, 3), rel=1e-7)
     # Large beta stays finite for SA.
     assert np.isfinite(exact.growth_rate(5, 1e4, 3))
-    # d = 2, beta = 5: three clusters (SPEC §3.4).
+    # d = 2, beta = 5: three clusters (docs/theory.md §3.5).
     assert exact.fastest_mode(5.0, d=2, normalized=False) == 3
 
 
@@ -128,7 +128,7 @@ def test_equiangular_rhs_matches_the_particle_field():
 
 
 def test_equiangular_rates_near_one():
-    # 1 - rho decays at rate 2 (SA) and 2 e^beta (USA) near rho = 1 (SPEC §3.7).
+    # 1 - rho decays at rate 2 (SA) and 2 e^beta (USA) near rho = 1 (docs/theory.md §3.8).
     n, beta, eps = 4, 1.5, 1e-7
     assert exact.equiangular_rhs(1 - eps, n, beta, "SA") / eps == pytest.approx(2.0, rel=1e-5)
     assert exact.equiangular_rhs(1 - eps, n, beta, "USA") / eps == pytest.approx(2 * np.exp(beta), rel=1e-5)

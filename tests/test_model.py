@@ -1,4 +1,4 @@
-"""Model: B, A, the SPEC §3.1 assumption report, Pi and its push-forward, the velocity."""
+"""Model: B, A, the docs/theory.md §3.1 assumption report, Pi and its push-forward, the velocity."""
 import numpy as np
 import pytest
 

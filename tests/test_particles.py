@@ -1,4 +1,4 @@
-"""The Lagrangian particle solver against the closed forms of SPEC §3 (zero temperature,
+"""The Lagrangian particle solver against the closed forms of docs/theory.md §3 (zero temperature,
 equiangular ODE, energy monotonicity), symmetry, clustering, layers, I/O and bad input."""
 import numpy as np
 import pytest
@@ -48,7 +48,7 @@ def test_zero_temperature_matches_closed_form(d):
 
 def test_hardmax_with_B_identity_is_the_oja_flow():
     # With Q = K = I every token's best-aligned key is itself (<x, x> = 1 > <x, y>), so
-    # hardmax reduces to dx/dt = P_x V x, whose solution is e^{tV}x0/|e^{tV}x0| (SPEC §3.3
+    # hardmax reduces to dx/dt = P_x V x, whose solution is e^{tV}x0/|e^{tV}x0| (docs/theory.md §3.3
     # with A = V, B = I).
     rng = np.random.default_rng(3)
     V = rng.standard_normal((3, 3))
@@ -72,7 +72,7 @@ def test_equiangular_follows_ode(normalized, kind):
         g = pair_inner(traj.positions[i])
         # symmetry is exact in exact arithmetic: the spread is round-off plus solver error
         assert g.max() - g.min() < 1e-9
-        # the issue's target: the SPEC §3.7 ODE to 1e-6
+        # the issue's target: the docs/theory.md §3.8 ODE to 1e-6
         assert abs(g.mean() - rho_exact[i]) < 1e-6
     assert rho_exact[-1] > rho_exact[0] + 0.1  # the test is not trivially static
 
@@ -84,7 +84,7 @@ def test_energy_is_non_decreasing(normalized):
     times = np.linspace(0.0, 4.0, 21)
     traj = ParticleSolver(sp.Model(beta=beta, d=3, normalized=normalized)).solve(x0, times)
     E = np.array([dg.interaction_energy(traj.measure(i), beta=beta) for i in range(len(times))])
-    # E_beta is a Lyapunov function (SPEC §3.6); allow only round-off (1e-12 relative)
+    # E_beta is a Lyapunov function (docs/theory.md §3.7); allow only round-off (1e-12 relative)
     assert np.all(np.diff(E) >= -1e-12 * E[:-1])
     assert E[-1] > E[0] * 1.01  # and it really moves
 
@@ -112,7 +112,7 @@ def test_open_hemisphere_ends_in_one_cluster(normalized):
     assert dg.common_hemisphere(x0)[0]
     assert dg.cluster_count(x0) == 24
     traj = ParticleSolver(sp.Model(beta=1.0, d=3, normalized=normalized)).solve(x0, [0.0, 20.0])
-    # SPEC §3.5: exponential collapse of a hemisphere; at t = 20 the spread is < 1e-7,
+    # docs/theory.md §3.6: exponential collapse of a hemisphere; at t = 20 the spread is < 1e-7,
     # far below the 1e-3 cluster threshold
     assert dg.cluster_count(traj.measure(-1)) == 1
 

@@ -236,3 +236,45 @@ def test_bimodal_keys_build_the_mixture():
     d = mu0.density(x)
     q = math.exp(-1.5)
     assert math.isclose(d[1] / d[0], (0.75 + 0.25 * q) / (0.25 + 0.75 * q), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("lmax", [1, 2])
+def test_tiny_lmax_ends_with_an_error_naming_lmax(lmax):
+    # Before: lmax = 1 or 2 crawled for more than 600 s with steps ~1e-12 (never below the
+    # old 1e-14 floor). Now the step floor (1e-10 of the span) ends it, naming the setting.
+    from spherepde.density import SpectralSolver
+    from spherepde.timestepping import StepSizeError
+
+    cfg = validate_config({})
+    model, mu0 = scenario.build_model(cfg, 16.0), scenario.build_initial(cfg)
+    solver = SpectralSolver(model, lmax=lmax)
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("no answer within 120 s"))
+    signal.alarm(120)
+    try:
+        with pytest.warns(UserWarning, match="not resolved"):
+            with pytest.raises(StepSizeError, match=f"at lmax = {lmax}.*raise lmax"):
+                solver.solve(mu0, np.linspace(0.0, 3.0, 5))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_usa_at_beta_50_runs_with_rescaled_time():
+    import spherepde as sp
+    from spherepde.timestepping import StepSizeError
+
+    x0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5).sample(100, seed=0)
+    V = np.diag([1.0, 0.4, 0.0])
+    plain = sp.Model(V=V, beta=50.0, normalized=False)
+    with pytest.raises(StepSizeError, match="rescale_time=True"):
+        sp.ParticleSolver(plain, rtol=1e-6, atol=1e-8).solve(x0, [0.0, 1.0])
+    fast = sp.Model(V=V, beta=50.0, normalized=False, rescale_time=True)
+    assert fast.time_scale == pytest.approx(math.exp(-50.0), rel=1e-15)  # |B|_2 = 1
+    # USA is linear in V: the rescaled field is e^-50 times the plain one, to round-off
+    x = x0[:5]
+    np.testing.assert_allclose(fast.velocity(x, x0), math.exp(-50.0) * plain.velocity(x, x0),
+                               rtol=1e-12)
+    traj = sp.ParticleSolver(fast, rtol=1e-6, atol=1e-8).solve(x0, [0.0, 1.0, 2.0])
+    assert np.all(np.isfinite(traj.positions))
+    with pytest.raises(ValueError, match="applies to USA"):
+        sp.Model(beta=50.0, rescale_time=True)

@@ -1,7 +1,7 @@
 """Spectral density solvers on S^2 (spherical harmonics) and S^1 (Fourier).
 
 Every reference number comes from a closed form (exact.zero_temperature_density, the linear
-growth rates of SPEC §3.4, the exactness of solid-body rotation in span{Y_lm, l <= L}) or from
+growth rates of docs/theory.md §3.5, the exactness of solid-body rotation in span{Y_lm, l <= L}) or from
 a conservation law; each tolerance is justified where it is used.
 """
 import math
@@ -26,7 +26,7 @@ EVAL = sp.sphere.GaussGrid(40, 80)  # where solutions are compared
 def zero_temperature_model(B):
     # B = Q^T K with K = I, Q = B^T, and V = V_SYM: A = V_SYM B^T. At beta = inf the field is
     # P_x A x/|B^T x|, so a rotation in B changes the flow (A is then not symmetric: the flow
-    # rotates as it stretches) and c != 1 rescales time (s = t/c, SPEC §3.3)
+    # rotates as it stretches) and c != 1 rescales time (s = t/c, docs/theory.md §3.3)
     return sp.Model(Q=B.T, V=V_SYM, beta=np.inf)
 
 
@@ -83,7 +83,7 @@ def test_default_time_error_below_spatial_error():
     assert time_err < 0.01 * spatial, (time_err, spatial)
 
 
-# ---------------------------------------------------------------- linear growth, SPEC §3.4
+# ---------------------------------------------------------------- linear growth, docs/theory.md §3.5
 @pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
 @pytest.mark.parametrize("beta", [1.0, 4.0])
 def test_growth_rates_s2(normalized, beta):
@@ -239,7 +239,7 @@ def test_s1_usa_beta5_three_clusters(seed):
     beta, K, eps = 5.0, 48, 1e-4
     model = sp.Model(d=2, beta=beta, normalized=False)
     kstar = exact.fastest_mode(beta, 2, normalized=False)
-    assert kstar == 3  # SPEC §3.4: d = 2, beta = 5 gives three
+    assert kstar == 3  # docs/theory.md §3.5: d = 2, beta = 5 gives three
     rng = np.random.default_rng(seed)
     noise = eps * np.exp(2j * np.pi * rng.random(K))  # equal amplitudes, random phases
 
@@ -258,14 +258,14 @@ def test_s1_usa_beta5_three_clusters(seed):
     assert v.max() > 2 * mean  # concentrated, not a small ripple
     assert int(np.argmax(np.abs(sol.coefficients[-1][1:]))) + 1 == kstar
     assert rel_change(sol.diagnostics["mass"]) < 1e-12
-    # SPEC §3.6: USA is the gradient ascent of the energy
+    # docs/theory.md §3.7: USA is the gradient ascent of the energy
     assert sol.diagnostics["energy"][-1] > sol.diagnostics["energy"][0]
 
 
 # ---------------------------------------------------------------- finite beta, S^2
 @pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
 def test_energy_nondecreasing_and_mass(normalized):
-    # SPEC §3.6 with Q = K = V = I; energy differences far above the rtol-level time error
+    # docs/theory.md §3.7 with Q = K = V = I; energy differences far above the rtol-level time error
     model = sp.Model(beta=2.0, normalized=normalized)
     mu0 = sp.measures.Mixture([sp.measures.VonMisesFisher([0, 0, 1.0], 3.0),
                                sp.measures.VonMisesFisher([1.0, 0, 0], 3.0)])

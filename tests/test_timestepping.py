@@ -1,5 +1,5 @@
 """The Runge–Kutta registry: every scheme reaches its declared order on the sphere, and the
-adaptive default reaches 1e-8, both against the closed-form zero-temperature flow (SPEC §3.3)."""
+adaptive default reaches 1e-8, both against the closed-form zero-temperature flow (docs/theory.md §3.3)."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Tests of spherepde.wasserstein (SPEC §4). Every expected number is a closed form or an
+"""Tests of spherepde.wasserstein (docs/theory.md §4). Every expected number is a closed form or an
 identity between solvers; each tolerance says where it comes from."""
 import numpy as np
 import pytest
@@ -31,7 +31,7 @@ def antipodal_atoms(e, m_plus=0.5):
 # ---------------------------------------------------------------------- closed forms
 @pytest.mark.parametrize("e", [np.array([0.0, 0.0, 1.0]), E_TILTED], ids=["pole", "tilted"])
 def test_uniform_vs_antipodal_atoms_is_one(e):
-    # SPEC §3.1: chordal W2^2 = ∫ (2 - 2|<x,e>|) dx/(4 pi) = 2 - 1 = 1.
+    # docs/theory.md §3.2: chordal W2^2 = ∫ (2 - 2|<x,e>|) dx/(4 pi) = 2 - 1 = 1.
     model = sp.Model(V=np.diag([1.0, 0.5, 0.25]), beta=np.inf)
     R = sp.sphere.rotation_to_pole(e).T  # R e_z = e: rotate the model so that E = span(e)
     model = sp.Model(V=R @ np.diag([0.25, 0.5, 1.0]) @ R.T, beta=np.inf)
@@ -176,7 +176,7 @@ def test_coupling_bound_dominates_exact_w2():
     exact = np.array([sp.w2(sp.PointCloud(x), limit, method="exact") for x in X])
     assert np.all(bound >= exact - 1e-12)
     # At zero temperature with dim E = 1 the flow keeps the sign of <x, e>, and the sign split
-    # is the optimal coupling to ±e with the half-space masses (SPEC §3.1): equality up to
+    # is the optimal coupling to ±e with the half-space masses (docs/theory.md §3.2): equality up to
     # round-off.
     assert np.allclose(bound, exact, rtol=0, atol=1e-12)
     # A perturbation breaks the sign coupling's optimality: the bound becomes strict.
@@ -256,7 +256,7 @@ def test_blockwise_sinkhorn_matches_dense(monkeypatch):
 
 
 def test_zero_temperature_rate_of_w2_to_limit():
-    # SPEC §3.1: at zero temperature, dim E = 1, B = c·O and a positive density,
+    # docs/theory.md §3.2: at zero temperature, dim E = 1, B = c·O and a positive density,
     # W2(rho_t, Pi#rho0) ~ exp(-gamma t / (2c)). rho_t is represented by pushing the Gauss
     # nodes of rho0 (uniform) through the exact flow, keeping their weights: a quadrature of
     # rho_t by change of variables. E = span(e_z), so E^perp is the equator, where the nodes
@@ -286,7 +286,7 @@ def test_zero_temperature_rate_of_w2_to_limit():
 
 def test_coupling_bound_and_limit_on_a_token_subset():
     # A trajectory that kept 100 of 400 tokens: the bound is for the subset's own (renormalized)
-    # measure and must still dominate its exact W2 to Pi# of its own start (SPEC §4).
+    # measure and must still dominate its exact W2 to Pi# of its own start (docs/theory.md §4).
     model = sp.Model(V=np.diag([1.0, 0.4, 0.1]), beta=np.inf)
     x0 = sp.measures.Uniform(3).sample(400, seed=31)
     traj = sp.ParticleSolver(model).solve(x0, [0.0, 1.0], tokens=np.arange(100))

@@ -1,4 +1,4 @@
-"""SPEC §3.5–3.6: clustering in d >= 3 and the monotone interaction energy.
+"""docs/theory.md §3.6–3.7: clustering in d >= 3 and the monotone interaction energy.
 
 Random tokens (N = 32, uniform on S^{d-1}) under SA and USA with Q = K = V = I collapse to a
 single cluster; the time they take grows quickly with beta (metastable multi-cluster states,
@@ -17,7 +17,7 @@ from _common import publish, table
 
 
 def collapse(d, beta, normalized, n=32, seed=0, t_max=3e4):
-    # USA runs e^beta times faster than SA near a cluster (rates 2 e^beta vs 2, SPEC §3.7):
+    # USA runs e^beta times faster than SA near a cluster (rates 2 e^beta vs 2, docs/theory.md §3.8):
     # its horizon is rescaled by e^-beta so both see the same number of relaxation times.
     if not normalized:
         t_max = t_max * np.exp(-beta)
@@ -74,7 +74,7 @@ def main():
                            "worst energy step"])
             + f"\n\nTokens in an open hemisphere (64 tokens with x_3 > 0.2, SA, β = 1): "
             f"1 - mean <x_i, x_j> decays exponentially at rate {rate:.3f}.")
-    publish("clustering", fig, "Clustering and energy (SPEC §3.5, §3.6)", text)
+    publish("clustering", fig, "Clustering and energy (docs/theory.md §3.6, §3.6)", text)
 
 
 if __name__ == "__main__":

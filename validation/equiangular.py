@@ -1,4 +1,4 @@
-"""SPEC §3.7: equiangular tokens stay equiangular; rho(t) follows the closed ODE.
+"""docs/theory.md §3.8: equiangular tokens stay equiangular; rho(t) follows the closed ODE.
 
 Particles (n tokens in R^n with <x_i, x_j> = rho0) are integrated with the particle solver and
 compared with the scalar ODE of spherepde.exact, for SA and USA. Then the discrete layers:
@@ -76,7 +76,7 @@ def main():
             + table(rows, ["attention", "n", "beta", "max error", "spread"])
             + "\n\nCollapse rates of the discrete layers (fitted on the last 3/4 of the run):\n\n"
             + table([(k, m, s, p) for k, m, s, p in rates], ["layer", "measured", "slope", "predicted"]))
-    publish("equiangular", fig, "Equiangular tokens (SPEC §3.7)", text)
+    publish("equiangular", fig, "Equiangular tokens (docs/theory.md §3.8)", text)
 
 
 if __name__ == "__main__":

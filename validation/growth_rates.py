@@ -1,4 +1,4 @@
-"""SPEC §3.4: linear instability of the uniform state, and the clusters it seeds (§3.9).
+"""docs/theory.md §3.5: linear instability of the uniform state, and the clusters it seeds (§3.9).
 
 Single modes eps·Y_ell on top of the uniform density grow like e^{lambda_ell t}. The spectral
 solvers (S^2: spherical harmonics, S^1: Fourier) measure lambda_ell from the growth of the
@@ -63,7 +63,7 @@ def main():
         ax.set_yscale("log")
         ax.set_xlabel("ℓ" if sphere == "S^2" else "k")
         ax.set_ylabel("growth rate λ")
-        ax.set_title(f"{sphere}: measured (dots) vs SPEC §3.4 (lines)")
+        ax.set_title(f"{sphere}: measured (dots) vs docs/theory.md §3.5 (lines)")
         ax.legend(fontsize=6, ncol=2)
 
     # Clusters on S^1: USA, beta = 5, uniform + 1e-4 noise in modes 1..48 (equal amplitudes,
@@ -106,8 +106,8 @@ def main():
             f"mean density (t = {sol.times[-1]:.2f}). 2000 uniformly sampled tokens: "
             + ", ".join(f"{c} clusters at t = {t:.2f}" for c, t in zip(counts, t_tok[1:]))
             + " (chordal tolerance 1e-2; a count of N means no cluster has collapsed yet; "
-            "neighbouring clusters merge later, the metastable stage of SPEC §3.5).")
-    publish("growth_rates", fig, "Linear instability of the uniform state (SPEC §3.4, §3.9)", text)
+            "neighbouring clusters merge later, the metastable stage of docs/theory.md §3.6).")
+    publish("growth_rates", fig, "Linear instability of the uniform state (docs/theory.md §3.5, §3.9)", text)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""SPEC §3.8: long context. With beta_n = gamma log n, the attention output of n equiangular
+"""docs/theory.md §3.9: long context. With beta_n = gamma log n, the attention output of n equiangular
 tokens (correlation rho) has pairwise directions <theta_i, theta_j> -> 1, 4 rho/(1+3 rho), rho
 for gamma <, =, > 1/(1 - rho).
 
@@ -54,7 +54,7 @@ def main():
             f"the limit at n = {ns[-4]} and n = {ns[-1]}: it shrinks with n in each regime.\n\n"
             + table(rows, ["gamma", "predicted limit", f"value at n={ns[-1]}", f"error n={ns[-1]}",
                            f"error n={ns[-4]}"]))
-    publish("long_context", fig, "Long context (SPEC §3.8)", text)
+    publish("long_context", fig, "Long context (docs/theory.md §3.9)", text)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""SPEC §3.1–3.2: the low-temperature concentration of Alcalde–Bungert–Riedl–Roith.
+"""docs/theory.md §3.1 and §3.4: the low-temperature concentration of Alcalde–Bungert–Riedl–Roith.
 
 Tokens under SA with B = Q^T K a rotation and A = V B^T = diag(1, 0.4, 0) (gap gamma = 0.6).
 For beta = inf the distance W2(mu_t, Pi#mu_0) to the projected measure decays like
 e^{-gamma t/2} (dim E = 1). For finite beta it first follows the zero-temperature curve, reaches
 a minimum near t* ~ log beta, then departs (the bound sqrt(log(beta+1)/beta) e^{C1 t} + e^{-ct}).
-Late, the tokens gather on the dominant eigenvector of V itself (the terminal phase, §3.2).
+Late, the tokens gather on the dominant eigenvector of V itself (the terminal phase, docs/theory.md §3.4).
 A second model with dim E = 2 shows the slower sqrt(t) e^{-gamma t} approach.
 
 Run: .venv/bin/python validation/low_temperature.py
@@ -96,9 +96,9 @@ def main():
                          f"t = 14, beta = 4: {np.median(align):.4f} (1 = on the plane)")
     text = ("W2 to Π#μ_0 (chordal, exact semi-discrete against the two atoms), N = 3000 tokens:\n\n"
             + table(rows, ["beta", "min W2", "t at min", "W2 at t = 14"])
-            + f"\n\nClosest approach: t* = {slope_t:.2f} log β + {icpt:.2f} (SPEC: t* ~ log β). "
+            + f"\n\nClosest approach: t* = {slope_t:.2f} log β + {icpt:.2f} (docs/theory.md §3.1: t* ~ log β). "
             f"Depth: min W2 ∝ (log(β+1)/β)^{{{slope_w / 2:.2f}}}, i.e. slope {slope_w:.2f} against "
-            "sqrt(log(β+1)/β) (the SPEC bound W2 ≲ sqrt(log(β+1)/β) needs a slope >= 1). The largest "
+            "sqrt(log(β+1)/β) (the bound of docs/theory.md §3.1, W2 ≲ sqrt(log(β+1)/β) needs a slope >= 1). The largest "
             "β flattens the trend: the kernel width "
             f"1/sqrt(β) = {1 / np.sqrt(b[-1]):.3f} rad approaches the token spacing "
             f"sqrt(4π/N) = {np.sqrt(4 * np.pi / x0.shape[0]):.3f} rad, where N = {x0.shape[0]} tokens no "
@@ -109,7 +109,7 @@ def main():
             "and once the continuum of slow tokens is used up (t ~ log(N)/γ) each remaining token "
             "decays at its own rate γ.\n\n"
             f"Terminal phase (§3.2): {terminal_text}.")
-    publish("low_temperature", fig, "Low-temperature concentration (SPEC §3.1, §3.2)", text)
+    publish("low_temperature", fig, "Low-temperature concentration (docs/theory.md §3.1, §3.4)", text)
 
 
 if __name__ == "__main__":

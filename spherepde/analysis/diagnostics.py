@@ -1,7 +1,7 @@
 r"""Diagnostics of a token configuration mu = sum_i w_i delta_{x_i} on S^{d-1}.
 
 - :func:`interaction_energy` — :math:`E_\beta(\mu) = \frac{1}{2\beta}\iint e^{\beta\langle x,y
-  \rangle}\,d\mu\,d\mu` (SPEC §3.6), non-decreasing along SA and USA with Q = K = V = I.
+  \rangle}\,d\mu\,d\mu` (docs/theory.md §3.7), non-decreasing along SA and USA with Q = K = V = I.
 - :func:`mean_inner_product` — average of :math:`\langle x_i, x_j\rangle` over pairs.
 - :func:`cluster_count` — number of clusters at a stated chordal threshold.
 - :func:`common_hemisphere` — do all tokens lie in one open hemisphere?
@@ -55,7 +55,7 @@ def log_partition(x, keys, weights, beta: float, chunk: int = 512) -> np.ndarray
 
 def interaction_energy(mu, weights=None, beta: float = 1.0, log: bool = False) -> float:
     r"""Interaction energy :math:`E_\beta(\mu) = \frac{1}{2\beta}\sum_{i,j} w_i w_j
-    e^{\beta\langle x_i, x_j\rangle}` (SPEC §3.6, Q = K = V = I).
+    e^{\beta\langle x_i, x_j\rangle}` (docs/theory.md §3.7, Q = K = V = I).
 
     Parameters
     ----------

@@ -11,7 +11,7 @@ names the key and what it accepts.
     rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
     rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
     normalized = true                # SA (true) or USA (false)
-    rescale_time = false             # USA only: time in units of the kernel's maximum e^beta
+    rescale_time = false             # USA only: divide the velocity by e^beta (USA time = t e^-beta)
 
     [initial]
     kind = "vmf"                     # "uniform", "vmf" or "bimodal" (two vMF caps)

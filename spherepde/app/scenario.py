@@ -1,4 +1,4 @@
-"""The main job: the low-temperature concentration experiment of SPEC §3.1 on S^2.
+"""The main job: the low-temperature concentration experiment of docs/theory.md §3.1 on S^2.
 
 For each inverse temperature of the scenario, the tokens (Lagrangian particles) and the
 density (spherical harmonics) are evolved from the same rho_0, and the distance
@@ -370,7 +370,7 @@ def _plot_grid(n: int = 90):
 
 def _fit_zero_temperature_rate(runs: list[Run], report):
     """Fit log W2 ~ -r t on the second half of the beta = inf particle curve; docs/theory.md
-    predicts r = gamma/2 (c = 1, dim E = 1)."""
+    §3.2 predicts r = gamma/2 (c = 1, dim E = 1)."""
     run = next((r for r in runs if r.solver == "particles" and math.isinf(r.beta)), None)
     if run is None:
         return None
@@ -415,11 +415,11 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
         attention = ("unnormalized self-attention (USA: no softmax denominator, so tokens move "
                      "at speeds up to e^beta; the projection Pi is the same as for SA)")
         if cfg["model"]["rescale_time"]:
-            attention += (", with time measured in units of the kernel's maximum e^beta "
-                          "(model.rescale_time = true: t here is e^-beta times USA's time)")
+            attention += (", with the velocity divided by the kernel's maximum e^beta "
+                          "(model.rescale_time = true: USA's own time is t e^-beta)")
     lines = ["# spherepde run: low-temperature concentration on S^2", "",
              f"Tokens and their density evolve under {attention} with B = Q^T K a rotation "
-             "and A = V B^T symmetric (docs/theory.md, section 3.1). W2 is the chordal "
+             "and A = V B^T symmetric (docs/theory.md §3.1). W2 is the chordal "
              "Wasserstein-2 distance to the projected measure Pi#rho_0 = m+ delta_e + m- "
              "delta_{-e}.", "",
              "## Model", "", "```", str(report), "```", "",
@@ -447,7 +447,7 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
     if rate is not None:
         lines.append(f"Zero-temperature decay: fitted rate {rate['fitted']:.4f} on t in "
                      f"[{rate['window'][0]:.2g}, {rate['window'][1]:.2g}] against the predicted "
-                     f"gamma/2 = {rate['predicted']:.4f} (docs/theory.md, section 3.1).")
+                     f"gamma/2 = {rate['predicted']:.4f} (docs/theory.md §3.2).")
     spectral = {r.beta: r for r in runs if r.solver == "spectral"}
     diffs = []
     for rp in runs:

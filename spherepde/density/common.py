@@ -219,8 +219,14 @@ def run_time_loop(solver, y0, times, progress=None, stop_negative_mass=None):
                 raise FloatingPointError(f"the solution became NaN/inf between t = {t0} and "
                                          f"t = {t1}; reduce the step (cfl) or raise lmax")
         except (RuntimeError, FloatingPointError) as exc:
+            if isinstance(exc, timestepping.StepSizeError):  # name the setting to change
+                deg = "lmax" if hasattr(solver, "lmax") else "kmax"
+                exc = timestepping.StepSizeError(
+                    f"{exc}. The density is likely no longer resolved at {deg} = "
+                    f"{getattr(solver, deg, '?')} (a truncated density dips below 0, and the "
+                    f"flux can then blow up): raise {deg}")
             if stop_negative_mass is None:
-                raise
+                raise exc from None
             stats["stopped"] = f"integration failed between t = {t0:g} and t = {t1:g}: {exc}"
             break
         y = ys[-1]

@@ -54,7 +54,7 @@ def analyze(f: np.ndarray, K: int) -> np.ndarray:
 
 class FourierSolver:
     r"""Fourier solver on S^1 for :math:`\partial_t\rho + \partial_\theta(\rho\dot\theta) = 0`
-    (SPEC §2 with d = 2), SA and USA.
+    (docs/theory.md §2 with d = 2), SA and USA.
 
     Parameters
     ----------

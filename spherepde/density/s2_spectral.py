@@ -81,7 +81,7 @@ def real_inner(a, b, m):
 
 class SpectralSolver:
     r"""Spherical-harmonic solver for :math:`\partial_t\rho + \operatorname{div}(\rho X[\rho]) = 0`
-    on S^2 (SPEC §2), SA and USA, any Q, K, V, beta in [0, inf].
+    on S^2 (docs/theory.md §2), SA and USA, any Q, K, V, beta in [0, inf].
 
     Parameters
     ----------
@@ -291,7 +291,7 @@ class SpectralSolver:
 
     # ------------------------------------------------------------------ diagnostics
     def diagnostics(self, rho_lm):
-        """mass, min density, negative mass and energy (SPEC §3.6) of a state."""
+        """mass, min density, negative mass and energy (docs/theory.md §3.7) of a state."""
         rho = self.sht.synthesis(rho_lm)
         mass = SQRT_4PI * float(rho_lm[0].real)
         neg = float(np.sum(self.grid.weights * np.minimum(rho, 0.0)))

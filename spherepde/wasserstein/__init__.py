@@ -1,4 +1,4 @@
-r"""Wasserstein-2 distances between measures on S^{d-1} (SPEC §4).
+r"""Wasserstein-2 distances between measures on S^{d-1} (docs/theory.md §4).
 
 .. math:: W_2(\mu, \nu)^2 = \min_{\pi \in \Pi(\mu, \nu)} \int c(x, y)\, d\pi(x, y),
 
@@ -594,7 +594,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", **options) -> W2Resu
 
 
 def coupling_bound(trajectory_or_points, model, weights=None) -> np.ndarray:
-    r"""The particle bound of SPEC §4 (chordal cost), for each time of a trajectory:
+    r"""The particle bound of docs/theory.md §4 (chordal cost), for each time of a trajectory:
 
     .. math:: W_2(\mu^N_t, \Pi_\#\mu^N_0)^2 \le \sum_i w_i |x_i(t) - \Pi(x_i(0))|^2,
 
@@ -606,7 +606,7 @@ def coupling_bound(trajectory_or_points, model, weights=None) -> np.ndarray:
         A particle trajectory (``positions`` (T, N, d), ``weights`` (N,)) or positions whose
         first slice is the initial configuration.
     model : Model
-        Supplies Pi (SPEC §3.1); defaults to ``trajectory.model``.
+        Supplies Pi (docs/theory.md §3.1); defaults to ``trajectory.model``.
     weights : (N,), optional
         Particle weights for an array input (default uniform).
 
@@ -688,7 +688,7 @@ def _merge_atoms(cloud: PointCloud, decimals: int = 12) -> PointCloud:
 
 def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", method: str = "auto",
                 bound: bool = True, **options) -> W2Curve:
-    r"""The curve :math:`t \mapsto W_2(\rho_t, \Pi_\#\rho_0)` (SPEC §3.1) for either solver.
+    r"""The curve :math:`t \mapsto W_2(\rho_t, \Pi_\#\rho_0)` (docs/theory.md §3.1) for either solver.
 
     Parameters
     ----------
