@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 import spherepde as sp
 
-FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 SECONDS = 30  # per example; a healthy call takes milliseconds
 

@@ -13,7 +13,7 @@ from spherepde.app.cli import main
 from spherepde.app.config import DEFAULT, load_config
 
 # Bounded example counts: the whole module runs in a few seconds.
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
