@@ -131,8 +131,12 @@ def _beta(key, v):
 
 
 def beta_text(beta: float) -> str:
-    """β as a scenario file writes it: "inf" or the shortest float form ("16", "0.5")."""
-    return "inf" if math.isinf(beta) else f"{beta:g}"
+    """β as a scenario file writes it: "inf", or the shortest text that reads back as the same
+    float ("16", "0.5", "16.000001")."""
+    if math.isinf(beta):
+        return "inf"
+    short = f"{beta:g}"
+    return short if float(short) == beta else repr(float(beta))
 
 
 def validate_config(user: dict | None) -> dict:

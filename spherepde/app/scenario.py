@@ -90,9 +90,9 @@ class Task:
         r = self.scenario["run"]
         if self.solver == "particles":
             return np.linspace(0.0, r["t_end"], r["n_times"])
-        s = self.scenario["spectral"]
-        n = max(2, int(round(s["t_end"] / r["t_end"] * (r["n_times"] - 1))) + 1)
-        return np.linspace(0.0, min(s["t_end"], r["t_end"]), n)
+        t_end = min(self.scenario["spectral"]["t_end"], r["t_end"])
+        n = max(2, int(round(t_end / r["t_end"] * (r["n_times"] - 1))) + 1)  # same spacing
+        return np.linspace(0.0, t_end, n)
 
     @property
     def key(self) -> str:
