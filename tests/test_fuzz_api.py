@@ -7,7 +7,7 @@ import signal
 from contextlib import contextmanager
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -35,7 +35,7 @@ def no_hang():
 REFUSED = object()
 
 
-def attempt(fn, numeric=True):
+def attempt(fn, numeric=True, label="call"):
     """Run fn; it must return (finite numbers when ``numeric``) or raise a ValueError that
     says something. Returns the result, or REFUSED."""
     with no_hang():
@@ -43,7 +43,9 @@ def attempt(fn, numeric=True):
             out = fn()
         except ValueError as exc:
             assert len(str(exc)) > 10, repr(exc)
+            event(f"{label}: refused")
             return REFUSED
+    event(f"{label}: accepted")
     if numeric:
         arr = np.asarray(out, dtype=np.float64)
         assert np.all(np.isfinite(arr)), out
@@ -114,13 +116,13 @@ def test_model_construction_and_velocity(data):
               beta=data.draw(edge_betas), normalized=data.draw(st.booleans()))
     if not kw["normalized"] and data.draw(st.booleans()):
         kw["rescale_time"] = True
-    model = attempt(lambda: sp.Model(d=d, **kw), numeric=False)
+    model = attempt(lambda: sp.Model(d=d, **kw), numeric=False, label="Model")
     if model is REFUSED:
         return
     pts, w = data.draw(clouds(d))
     x, _ = data.draw(clouds(d, n_max=4))
-    attempt(lambda: model.velocity(x, pts, w))
-    report = attempt(model.check_assumptions, numeric=False)
+    attempt(lambda: model.velocity(x, pts, w), label="velocity")
+    report = attempt(model.check_assumptions, numeric=False, label="check_assumptions")
     if report is not REFUSED:
         assert np.all(np.isfinite(report.eigenvalues)) and not math.isnan(report.gap)
         assert math.isfinite(report.A_asymmetry) and not math.isnan(report.B_condition)
@@ -132,7 +134,8 @@ def test_point_cloud(data):
     d = data.draw(st.sampled_from([2, 3, 5]))
     pts, w = data.draw(clouds(d))
     normalize = data.draw(st.booleans())
-    cloud = attempt(lambda: sp.PointCloud(pts, w, normalize=normalize), numeric=False)
+    cloud = attempt(lambda: sp.PointCloud(pts, w, normalize=normalize), numeric=False,
+                    label="PointCloud")
     if cloud is not REFUSED:
         # a measure that was accepted is a probability measure on the sphere
         assert np.all(cloud.weights >= 0) and abs(cloud.weights.sum() - 1) < 1e-12
@@ -152,7 +155,7 @@ def test_w2(data):
     def call():
         return float(sp.w2((a, wa), (b, wb), cost=cost, method=method))
 
-    value = attempt(call)
+    value = attempt(call, label="w2")
     if value is not REFUSED:
         # W2 between probability measures on the unit sphere: 0 <= W2 <= chordal diameter 2
         # (pi for the geodesic cost), up to Sinkhorn's stated bias

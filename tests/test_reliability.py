@@ -278,3 +278,16 @@ def test_usa_at_beta_50_runs_with_rescaled_time():
     assert np.all(np.isfinite(traj.positions))
     with pytest.raises(ValueError, match="applies to USA"):
         sp.Model(beta=50.0, rescale_time=True)
+
+
+def test_a_run_that_cannot_proceed_ends_with_one_line_and_exit_3(tiny, tmp_path, capsys,
+                                                                   monkeypatch):
+    from spherepde.timestepping import StepSizeError
+
+    def run_one(task):
+        raise StepSizeError("the adaptive step fell to 1e-20 at t = 0")
+
+    monkeypatch.setattr(scenario, "run_one", run_one)
+    code, _, err = run_cli(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert code == 3 and "the run stopped: the adaptive step fell" in err
+    assert_one_line_error(err)

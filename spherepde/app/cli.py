@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
+    from ..timestepping import StepSizeError
     from .scenario import OutputError, RunInterrupted, run_scenario
 
     try:
@@ -60,7 +61,7 @@ def _run(args) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         return _error(f"cannot write the results{where}: {exc.strerror or exc}",
                       EXIT_BAD_INPUT)
-    except FloatingPointError as exc:
+    except (FloatingPointError, StepSizeError) as exc:
         return _error(f"the run stopped: {exc}", EXIT_NUMERICS)
     print(res["summary"])
     n = len(res["runs"])
