@@ -175,3 +175,47 @@ def test_generic_kernel_contract_and_errors():
         HarmonicField(np.eye(4), np.eye(4), 1.0)
     with pytest.raises(ValueError, match="finite beta"):
         HarmonicField(B, V, np.inf)
+
+
+def test_model_velocity_with_harmonic_kernel_for_a_general_B():
+    import spherepde as sp
+
+    B, V = matrices(3, "general")
+    model = sp.Model(K=B, V=V, beta=40.0)
+    y, w = cloud(3, 1500, seed=4)
+    x, _ = cloud(3, 200, seed=6)
+    ref = model.velocity(x, y, w, kernel="numba")
+    out = model.velocity(x, y, w, kernel="harmonic")
+    assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
+
+
+def test_auto_takes_harmonic_above_the_measured_crossover():
+    from spherepde import interaction
+    from spherepde.interaction.harmonic import harmonic_is_faster
+
+    assert interaction.resolve_kernel("auto", 20000, 20000, kappa=256.0, d=3) == "harmonic"
+    assert interaction.resolve_kernel("auto", 20000, 20000, kappa=256.0, d=4) == "numba"
+    # without the model's kappa (bare keys and values) auto never guesses harmonic
+    assert interaction.resolve_kernel("auto", 20000, 20000) == "numba"
+    # the crossover grows with kappa (L^2 log L of the transforms)
+    first = [next(n for n in range(64, 10**5, 64) if harmonic_is_faster(n, n, k))
+             for k in (16.0, 256.0)]
+    assert first[0] < first[1]
+
+
+def test_particle_trajectories_match_the_direct_kernel():
+    """ParticleSolver(kernel="harmonic") follows the numba trajectories over t in [0, 2] to
+    the solver's accuracy (the fields differ by ~1e-13; dopri5 at rtol 1e-9 is accurate to
+    ~1e-8 in the positions, tests/test_timestepping.py)."""
+    import spherepde as sp
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+
+    model = build_model(DEFAULT, 16.0)
+    x0 = build_initial(DEFAULT).sample(400, seed=2)
+    times = np.linspace(0.0, 2.0, 5)
+    solver = sp.ParticleSolver(model, kernel="harmonic")
+    assert solver.harmonic_degree == 36 and "L=36" in repr(solver)
+    traj_h = solver.solve(x0, times)
+    traj_n = sp.ParticleSolver(model, kernel="numba").solve(x0, times)
+    assert np.abs(traj_h.positions - traj_n.positions).max() <= 1e-7

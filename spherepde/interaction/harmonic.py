@@ -86,10 +86,12 @@ import numpy as np
 
 from ..sphere import orthogonal_factor
 from ..transforms.sht import lm_arrays
+from . import register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
-from .reference import LOG_FLOAT_MAX, usa_overflow_error
+from .numerics import LOG_FLOAT_MAX, usa_overflow_error
 
-__all__ = ["HarmonicField", "Moments", "attention_harmonic", "DEFAULT_TOL", "FALLBACK_FACTOR"]
+__all__ = ["HarmonicField", "Moments", "attention_harmonic", "field_for", "harmonic_is_faster",
+           "DEFAULT_TOL", "FALLBACK_FACTOR"]
 
 #: Default truncation tolerance: E(L) <= tol · mean of G (module docstring).
 DEFAULT_TOL = 1e-12
@@ -106,16 +108,12 @@ S1_EXACT_MAX = 1 << 18
 MAX_CHEBYSHEV_TERMS = 256
 
 
-def _available_memory() -> float:
-    """Bytes of memory available to this process (MemAvailable; 4 GiB when unknown)."""
+def _physical_memory() -> float:
+    """Bytes of physical memory (4 GiB where the OS does not say)."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024.0
-    except OSError:
-        pass
-    return 4.0 * 2**30
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover (not POSIX)
+        return 4.0 * 2**30
 
 
 def _default_threads() -> int:
@@ -178,7 +176,7 @@ class HarmonicField:
         \mathrm{tol}\cdot\bar G` (module docstring). The SA output is then accurate to about
         tol relative to :math:`\|V\|_2` wherever the kernel sees at least the uniform mass.
     max_memory : float, optional
-        Bytes the transforms may use (default: half of the available memory).
+        Bytes the transforms may use (default: half of the physical memory).
     nthreads : int, optional
         Threads of the ducc0 transforms (default: the CPUs this process may use).
 
@@ -237,7 +235,7 @@ class HarmonicField:
         fac = orthogonal_factor(B)
         self.zonal = fac is not None
         self.norm_V = float(np.linalg.norm(V, 2))
-        self.max_memory = 0.5 * _available_memory() if max_memory is None else float(max_memory)
+        self.max_memory = 0.5 * _physical_memory() if max_memory is None else float(max_memory)
         self.nufft_eps = NUFFT_EPS_MIN
         self.degree = self._choose_degree()
         self._coef = self._kappa_expansion()
@@ -661,6 +659,30 @@ class HarmonicField:
                 f"{deg}={self.degree}, tol={self.tol:g})")
 
 
+#: Cost model of ``kernel="auto"``: the harmonic right-hand side costs about
+#: (L + 1)^2 log2(L + 2) + (m + n) work units against m·n pairs for the fused kernel, and the
+#: fused kernel is about 4x slower per pair when beta·|B| > 300 (its online-softmax path).
+#: This constant puts the crossover where benchmarks/harmonic.py measured it on a shared
+#: 2-core machine: N ~ 600 at beta = 16, ~1200 at 64, ~2600 at 256 and ~2700 at 1000.
+AUTO_PAIRS_PER_UNIT = 50.0
+
+
+def estimated_degree(kappa: float, tol: float = DEFAULT_TOL) -> int:
+    """The degree L that :class:`HarmonicField` picks at kappa, to within a few (from the
+    Gaussian decay of the multipliers), without computing them."""
+    kappa = max(float(kappa), 0.0)
+    return max(1, int(math.sqrt(2.0 * kappa * (math.log(1.0 / tol) + math.log(2.0 * kappa + 2.0)))))
+
+
+def harmonic_is_faster(m: int, n: int, kappa: float) -> bool:
+    """Whether the harmonic kernel beats the fused direct kernel for m queries and n atoms at
+    kappa = beta·|B|_2, by the measured cost model :data:`AUTO_PAIRS_PER_UNIT`."""
+    L = estimated_degree(kappa)
+    online = 4.0 if kappa > 300.0 else 1.0
+    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n)
+    return m * n * online >= AUTO_PAIRS_PER_UNIT * units
+
+
 @functools.lru_cache(maxsize=16)
 def _cached_field(Bb: bytes, Vb: bytes, d: int, beta: float, normalized: bool, tol: float):
     B = np.frombuffer(Bb).reshape(d, d)
@@ -702,3 +724,14 @@ def attention_harmonic(x, keys, values, weights, beta: float, normalized: bool) 
                          "directions (v_j = V B^-1 k_j); use kernel='numba' for general values")
     field = field_for(c * np.eye(d), M.T, beta, normalized)
     return field.attention_of_points(x, u, weights)
+
+
+def _of_model(model):
+    """attention(x, points, weights) of a :class:`spherepde.Model` through its (cached)
+    field: the general-B path, which needs B and the atoms rather than keys and values."""
+    return field_for(model.B, model.V, model.beta, model.normalized).attention_of_points
+
+
+#: Model.attention hands kernels with this attribute the measure and the model itself
+attention_harmonic.of_model = _of_model
+register_kernel("harmonic", attention_harmonic)
