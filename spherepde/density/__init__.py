@@ -2,9 +2,11 @@
 on S^1 (:class:`FourierSolver`), over a thin SHT backend layer (:mod:`.backends`)."""
 from ..transforms.sht import available_backends, get_backend
 from .common import ResolutionWarning
+from .finite_volume import FiniteVolumeSolution, FiniteVolumeSolver
 from .s2_spectral import SpectralSolution, SpectralSolver
 
-__all__ = ["SpectralSolver", "SpectralSolution", "ResolutionWarning", "available_backends",
+__all__ = ["SpectralSolver", "SpectralSolution", "FiniteVolumeSolver", "FiniteVolumeSolution",
+           "ResolutionWarning", "available_backends",
            "get_backend"]
 
 try:  # the S^1 solver lives in its own module
