@@ -212,12 +212,13 @@ def default_scenario(beta):
 
 
 def test_agreement_with_the_spectral_solver():
-    # the default scenario at beta = 9 up to t = 1.5, while the spectral solution is resolved
+    # the default scenario at beta = 9 up to t = 1.5, while the spectral solution is resolved:
+    # lmax = 40 and 56 agree to 5e-6 in l1 of the cell averages, far below the FV error
     model = default_scenario(9.0)
     times = [0.0, 1.5]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sp.density.ResolutionWarning)
-        ref = sp.SpectralSolver(model, lmax=24).solve(MU0, times)
+        ref = sp.SpectralSolver(model, lmax=40).solve(MU0, times)
     errs = []
     for n in (6, 12):
         s = FiniteVolumeSolver(model, n, limiter="positivity")
@@ -225,9 +226,9 @@ def test_agreement_with_the_spectral_solver():
         ex = s.mesh.integrate_cells(lambda x: ref.density(1, x), 3) / s.mesh.areas
         errs.append(tc.error_norms(sol.averages(1), ex, s.mesh.areas)[0])
         assert_mass_conserved(sol)
-    # the spectral reference is converged far below these errors; second order in h gives a
-    # factor 4 per halving (measured 3.6); the finer l1 difference is a few per cent
-    assert errs[0] / errs[1] > 3.0 and errs[1] < 0.05, errs
+    # second order gives a factor 4 per halving of h, first order 2; measured 3.0 at these
+    # coarse meshes (l1 = 1.9e-2, 6.2e-3), so > 2.5 separates the two
+    assert errs[0] / errs[1] > 2.5 and errs[1] < 0.01, errs
 
 
 @pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
