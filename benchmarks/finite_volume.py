@@ -11,8 +11,14 @@ cost of a step.
    ratio to one numpy pass over the cell array (a memory-bound reference measured in the
    same run), with the numba thread count.
 
-Run:  .venv/bin/python benchmarks/finite_volume.py transport [--n 20 40 80] [--limiter ...]
-      .venv/bin/python benchmarks/finite_volume.py cost [--n 64 128 256]
+3. ``concentration``: W2(rho_t, Pi#rho0) (chordal) in the default scenario (B = rotation by
+   0.9 about (1,1,1), A = diag(1, 0.4, 0), vMF(mean (0.4,0.3,1), kappa 1.5)) to t = 14 at
+   several n and beta; at beta = inf against the closed form of the zero-temperature flow.
+
+Run (from the repository root, so that this checkout's spherepde is imported):
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py transport [--n 20 40 80]
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py cost [--n 64 128 256]
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py concentration [--beta inf 16]
 """
 from __future__ import annotations
 
@@ -99,6 +105,57 @@ def cost(ns, repeat):
               f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
 
 
+def exact_w2_zero_temperature(model, mu0, times, nodes=400):
+    """W2(rho_t, Pi#rho0) of the zero-temperature closed form (chordal, dim E = 1): the flow
+    keeps the sign of <x, e>, so W2² = int (2 - 2|<Phi_t(x0), e>|) rho0(x0) dx0, integrated over
+    x0 on a Gauss grid where rho0 is smooth."""
+    import spherepde as sp
+
+    e = model.dominant_subspace()[:, 0]
+    g = sp.sphere.GaussGrid(nodes, 2 * nodes)
+    w = g.weights * mu0.density(g.points)
+    x0 = g.points.reshape(-1, 3)
+    out = []
+    for t in times:
+        xt = sp.exact.zero_temperature_flow(model, x0, float(t))
+        out.append(math.sqrt(max(float(np.sum(w.reshape(-1) * (2 - 2 * np.abs(xt @ e)))), 0.0)))
+    return np.array(out)
+
+
+def concentration(ns, betas, t_end, n_out):
+    """W2(rho_t, Pi#rho0) in the default scenario for each beta and n; at beta = inf also its
+    error against the closed form."""
+    import spherepde as sp
+    from spherepde.app.scenario import rotation_matrix
+    from spherepde.density.finite_volume import FiniteVolumeSolver
+
+    O = rotation_matrix([1, 1, 1], 0.9)
+    mu0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
+    times = np.linspace(0.0, t_end, n_out)
+    print("| beta | n | h | min W2 | t at min | W2(t_end) | max error vs closed form | steps | "
+          "wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    curves = {}
+    for beta in betas:
+        model = sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=beta)
+        ref = exact_w2_zero_temperature(model, mu0, times) if math.isinf(beta) else None
+        for n in ns:
+            solver = FiniteVolumeSolver(model, n)
+            t0 = time.perf_counter()
+            sol = solver.solve(mu0, times)
+            wall = time.perf_counter() - t0
+            vals = np.asarray(sp.w2_to_limit(sol).values)
+            curves[(beta, n)] = vals
+            i = int(np.argmin(vals))
+            err = "" if ref is None else f"{np.max(np.abs(vals - ref)):.3e}"
+            print(f"| {beta:g} | {n} | {solver.mesh.h:.4f} | {vals[i]:.4e} | {times[i]:.2f} | "
+                  f"{vals[-1]:.4e} | {err} | {sol.stats['steps']} | {wall:.0f} |", flush=True)
+        if ref is not None:
+            print("closed form W2(t):", np.array2string(ref, precision=4), flush=True)
+    np.savez("fv_concentration.npz", times=times,
+             **{f"beta={b:g}_n={n}": v for (b, n), v in curves.items()})
+
+
 def _timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -107,7 +164,10 @@ def _timed(fn):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["transport", "cost"])
+    p.add_argument("what", choices=["transport", "cost", "concentration"])
+    p.add_argument("--beta", type=float, nargs="+", default=[math.inf])
+    p.add_argument("--t-end", type=float, default=14.0)
+    p.add_argument("--n-out", type=int, default=57)
     p.add_argument("--n", type=int, nargs="+")
     p.add_argument("--cases", nargs="+", default=list(CASES))
     p.add_argument("--limiter", nargs="+", default=["barth_jespersen"])
@@ -116,5 +176,7 @@ if __name__ == "__main__":
     a = p.parse_args()
     if a.what == "transport":
         transport(a.n or [20, 40, 80], a.cases, a.limiter, a.cfl)
-    else:
+    elif a.what == "cost":
         cost(a.n or [64, 128, 256], a.repeat)
+    else:
+        concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out)
