@@ -251,7 +251,7 @@ def test_general_B_runs_conservative_and_positive(normalized):
 def test_harmonic_face_velocities_match_direct_quadrature_of_the_cell_measure(beta):
     pytest.importorskip("spherepde.interaction.harmonic")
     model = default_scenario(beta)
-    s = FiniteVolumeSolver(model, 8, velocity="harmonic")
+    s = FiniteVolumeSolver(model, 8, path="harmonic")
     m = s.initial_masses(MU0)
     un = s.field(0.0, m)
     # the same measure (each cell's mass on its 2x2 Gauss nodes) by direct quadrature

@@ -278,8 +278,8 @@ class _DirectField:
 
     time_dependent = False
 
-    def __init__(self, scheme, model, backend="auto"):
-        self.scheme, self.model, self.backend = scheme, model, backend
+    def __init__(self, scheme, model, kernel="auto"):
+        self.scheme, self.model, self.kernel = scheme, model, kernel
         c = scheme.mesh.centers
         self.keys = c @ model.B.T
         self.values = c @ model.V.T
@@ -288,7 +288,7 @@ class _DirectField:
     def __call__(self, t, masses):
         m = self.model
         att = interaction.attention(self.pts, self.keys, self.values, np.maximum(masses, 0.0),
-                                    m.beta, m.normalized, backend=self.backend)
+                                    m.beta, m.normalized, kernel=self.kernel)
         return self.scheme.normal_velocity(att.reshape(-1, 2, 3))
 
 
@@ -489,11 +489,11 @@ class FiniteVolumeSolver(_Base):
         Each step is dt = cfl / r with r the positivity rate of the current state
         (``FiniteVolumeScheme.tendency``); cfl <= 1 keeps the density >= 0.
     limiter : "barth_jespersen" (default), "positivity" or "none"
-    velocity : "auto", "direct", "harmonic" or "zero_temperature"
+    path : "auto", "direct", "harmonic" or "zero_temperature"
         How the attention at the edge points is computed (module docstring): "auto" takes the
         zero-temperature field at beta = inf, direct quadrature up to n = DIRECT_MAX_N and the
         harmonic field (cell masses -> moments -> field) beyond.
-    interaction_backend : backend of :func:`spherepde.interaction.attention` (direct path)
+    kernel : interaction kernel of :func:`spherepde.interaction.attention` (direct path)
     quadrature_order : Gauss points a side per cell for the initial cell integrals
     mass_rtol : tolerance on the mass of density0
 
@@ -507,8 +507,7 @@ class FiniteVolumeSolver(_Base):
     """
 
     def __init__(self, model, n, scheme="ssprk3", cfl=0.9, limiter="barth_jespersen",
-                 velocity="auto", interaction_backend="auto", quadrature_order=3,
-                 mass_rtol=1e-6):
+                 path="auto", kernel="auto", quadrature_order=3, mass_rtol=1e-6):
         from ..model import Model
 
         if not isinstance(model, Model):
@@ -522,23 +521,23 @@ class FiniteVolumeSolver(_Base):
             if model.hardmax:
                 raise ValueError("hardmax is defined for discrete measures; the density solvers "
                                  "use the zero-temperature local field (pass hardmax=False)")
-            if velocity not in ("auto", "zero_temperature"):
+            if path not in ("auto", "zero_temperature"):
                 raise ValueError(f"beta = inf uses the zero-temperature field; "
-                                 f"velocity={velocity!r} does not apply")
-            self.velocity = "zero_temperature"
+                                 f"path={path!r} does not apply")
+            self.path = "zero_temperature"
             self.field = _ZeroTemperatureField(self.fv, model)
         else:
-            if velocity not in ("auto", "direct", "harmonic"):
-                raise ValueError(f"unknown velocity {velocity!r}; choose 'auto', 'direct' or "
+            if path not in ("auto", "direct", "harmonic"):
+                raise ValueError(f"unknown path {path!r}; choose 'auto', 'direct' or "
                                  "'harmonic' (finite beta) or 'zero_temperature' (beta = inf)")
-            if velocity == "auto":
-                velocity = "direct" if self.mesh.n <= DIRECT_MAX_N or not _has_harmonic() \
+            if path == "auto":
+                path = "direct" if self.mesh.n <= DIRECT_MAX_N or not _has_harmonic() \
                     else "harmonic"
-            self.velocity = velocity
-            if velocity == "harmonic":
+            self.path = path
+            if path == "harmonic":
                 self.field = _HarmonicField(self.fv, model)
             else:
-                self.field = _DirectField(self.fv, model, interaction_backend)
+                self.field = _DirectField(self.fv, model, kernel)
 
     def rhs(self, t, masses) -> np.ndarray:
         """d m / dt of the cell masses (n_cells,)."""
@@ -555,7 +554,7 @@ class FiniteVolumeSolver(_Base):
         states, stats = _march(self.fv, self.field, m0, times, self.scheme, self.cfl, progress)
         return FiniteVolumeSolution(times, np.array(states), self.mesh.n, self.model,
                                     initial_measure(density0, 3), _diagnostics(states),
-                                    limiter=self.limiter, velocity=self.velocity, stats=stats,
+                                    limiter=self.limiter, path=self.path, stats=stats,
                                     mesh=self.mesh)
 
 
@@ -580,7 +579,7 @@ class FiniteVolumeSolution:
     """
 
     def __init__(self, times, masses, n, model, initial_measure, diagnostics,
-                 limiter="barth_jespersen", velocity="", stats=None, mesh=None):
+                 limiter="barth_jespersen", path="", stats=None, mesh=None):
         self.times = np.asarray(times, dtype=np.float64)
         self.masses = np.asarray(masses, dtype=np.float64)
         self.n = int(n)
@@ -588,7 +587,7 @@ class FiniteVolumeSolution:
         self.initial_measure = initial_measure
         self.diagnostics = diagnostics
         self.limiter = limiter
-        self.velocity = velocity
+        self.path = path
         self.stats = stats or {}
         self._mesh = mesh
         self._scheme = None
@@ -638,7 +637,7 @@ class FiniteVolumeSolution:
         model = self.model.to_arrays() if self.model is not None else {}
         return save_npz(path, kind=np.str_("FV"), times=self.times, masses=self.masses,
                         n=np.int64(self.n), limiter=np.str_(self.limiter),
-                        velocity=np.str_(self.velocity),
+                        path=np.str_(self.path),
                         **{f"diag_{k}": v for k, v in self.diagnostics.items()}, **model)
 
     @classmethod
@@ -652,7 +651,7 @@ class FiniteVolumeSolution:
             diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
             model = Model.from_arrays(z) if "Q" in z.files else None
             return cls(z["times"], z["masses"], int(z["n"]), model, None, diag,
-                       str(z["limiter"]), str(z["velocity"]))
+                       str(z["limiter"]), str(z["path"]))
 
     def __repr__(self) -> str:
         return (f"FiniteVolumeSolution(n={self.n}, {self.times.size} times in "
