@@ -61,7 +61,7 @@ SSP_SCHEMES = {"euler": 1.0, "heun": 1.0, "ssprk3": 1.0}
 #: The limiter keeps edge values this far (relative) inside their bounds, so that rounding in
 #: rho + phi·delta cannot cross a bound of 0.
 LIMITER_MARGIN = 1e-12
-#: velocity="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
+#: path="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
 #: n = 24 on one core) and the harmonic field beyond.
 DIRECT_MAX_N = 24
 
