@@ -616,7 +616,10 @@ class FiniteVolumeSolution:
 
     def density(self, i: int, x) -> np.ndarray:
         """rho at output i at points x: (..., 3) -> (...), from the limited piecewise-linear
-        reconstruction of the cell containing x (>= 0, second order where rho is smooth)."""
+        reconstruction of the cell containing x (second order where rho is smooth). The limiter
+        keeps it >= 0 at the edge points; towards a cell corner the affine function can
+        extrapolate below 0, and such values are returned as 0 (the evolved cell masses are
+        never altered)."""
         from ..sphere import as_points
 
         x = as_points(x, 3)
