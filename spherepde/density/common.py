@@ -239,3 +239,93 @@ def run_time_loop(solver, y0, times, progress=None, stop_negative_mass=None):
     return out, stats
 
 
+
+
+#: Long names and units of the per-time diagnostics every density solution carries.
+_DIAGNOSTICS = {"mass": ("integral of the density (conserved)", "1"),
+                "min": ("smallest value of the density on the solver grid", None),
+                "negative_mass": ("integral of min(density, 0): mass lost to truncation", "1"),
+                "energy": ("interaction energy (1/2beta) int int exp(beta <x, By>) rho rho", "1")}
+
+
+class SolutionIO:
+    """What every density solution shares for export: :meth:`to_xarray`, :meth:`from_xarray`,
+    :meth:`save` and :meth:`load` (NetCDF through :mod:`spherepde.io`).
+
+    A solution class supplies ``_xarray_space()`` -> (dims, coords, values (T, ...), units,
+    long_name) of its density on its own grid (lat/lon, angle or mesh cells),
+    ``_xarray_state()`` -> the data variables that rebuild it exactly (coefficients, cell
+    values), ``_xarray_settings()`` -> settings attributes, and ``_from_parts(...)``; it
+    inherits the rest.
+    """
+
+    #: value of the ``spherepde_kind`` attribute, one per solution class
+    xarray_kind = ""
+
+    def to_xarray(self):
+        """The solution as an :class:`xarray.Dataset`.
+
+        Variables: ``density`` (time, <space>) on the solver's grid, with the units of a density
+        against surface area (per steradian on S^2, per radian on S^1); the state that rebuilds
+        the solution exactly (e.g. ``coefficient_real`` / ``coefficient_imag``); the
+        diagnostics ``mass``, ``min``, ``negative_mass``, ``energy`` (time). The model is in
+        the ``model_*`` attributes, the solver settings in ``setting_*``, the time-loop
+        statistics (steps, stops) in ``stat_*``.
+        """
+        import xarray as xr
+
+        from .. import io
+
+        dims, coords, values, units, long_name = self._xarray_space()
+        data = {"density": (("time", *dims), values, {"units": units, "long_name": long_name})}
+        data.update(self._xarray_state())
+        for k, v in (self.diagnostics or {}).items():
+            name, unit = _DIAGNOSTICS.get(k, (k, "1"))
+            data[k] = ("time", np.asarray(v, dtype=np.float64),
+                       {"long_name": name, "units": unit or units})
+        coords = {"time": io.time_coord(self.times), **coords}
+        attrs = {**io.global_attrs(f"density on the sphere ({type(self).__name__})",
+                                   self.xarray_kind),
+                 **io.model_attrs(self.model), **io.settings_attrs(self._xarray_settings()),
+                 **io.settings_attrs(self.stats or {}, prefix="stat_")}
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    @classmethod
+    def from_xarray(cls, ds):
+        """Rebuild the solution from :meth:`to_xarray`'s Dataset (``initial_measure`` is None)."""
+        from .. import io
+
+        kind = ds.attrs.get("spherepde_kind")
+        if kind != cls.xarray_kind:
+            raise ValueError(f"the dataset holds {kind or 'no spherepde result'!r}, not "
+                             f"{cls.xarray_kind!r}; use the matching solution class")
+        diag = {k: ds[k].values for k in _DIAGNOSTICS if k in ds}
+        return cls._from_parts(ds, ds["time"].values, io.model_from_attrs(ds.attrs), diag,
+                               io.settings_from_attrs(ds.attrs, "stat_"),
+                               io.settings_from_attrs(ds.attrs))
+
+    def save(self, path):
+        """Write the solution to ``path`` as NetCDF (:meth:`to_xarray`), atomically."""
+        from .. import io
+
+        return io.save_dataset(self.to_xarray(), path)
+
+    @classmethod
+    def load(cls, path):
+        """Read a solution written by :meth:`save` (``initial_measure`` is not stored: None)."""
+        from .. import io
+
+        return cls.from_xarray(io.open_dataset(path))
+
+
+def complex_variables(name, values, dims, long_name):
+    """A complex array as two real NetCDF variables ``<name>_real`` and ``<name>_imag``."""
+    values = np.asarray(values)
+    return {f"{name}_real": (dims, values.real.copy(), {"units": "1",
+                                                       "long_name": f"{long_name}, real part"}),
+            f"{name}_imag": (dims, values.imag.copy(), {"units": "1",
+                                                       "long_name": f"{long_name}, imaginary part"})}
+
+
+def complex_from(ds, name):
+    return ds[f"{name}_real"].values + 1j * ds[f"{name}_imag"].values
