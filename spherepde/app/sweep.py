@@ -365,11 +365,12 @@ def _params_text(params) -> str:
 
 def _coord(key, values):
     """Axis coordinate values: numbers stay numbers (β = "inf" becomes inf), lists become
-    their text ("1,0.4,0")."""
+    their text ("1,0.4,0"), booleans "true" / "false" as in TOML."""
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) or v == "inf" for v in values):
         return np.array([math.inf if v == "inf" else float(v) for v in values])
     return np.array([",".join(f"{a:g}" if isinstance(a, (int, float)) else str(a) for a in v)
-                     if isinstance(v, list) else str(v) for v in values])
+                     if isinstance(v, list) else json.dumps(v) if isinstance(v, bool) else str(v)
+                     for v in values])
 
 
 def gather(sweep: Sweep, specs=None):
