@@ -20,7 +20,6 @@ for ``spherepde plot``.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -138,7 +137,7 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
         data["positions"] = (("beta", "snapshot_time", "token", "component"), pos,
                              {**one, "long_name": "token positions (particle solver)"})
     attrs = {**io.global_attrs("spherepde run: low-temperature concentration on S^2", "run"),
-             "scenario": json.dumps(_strict(cfg), sort_keys=True, allow_nan=False),
+             "scenario": io.to_json(cfg, indent=None),
              "cost": "chordal"}
     if gap is not None:
         attrs["spectral_gap"] = float(gap)
@@ -147,19 +146,6 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
         attrs["rate_predicted"] = float(rate["predicted"])
         attrs["rate_window"] = np.asarray(rate["window"], dtype=np.float64)
     return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-def _strict(o):
-    """The scenario as strict JSON values: β = inf as the string "inf", as in the TOML."""
-    if isinstance(o, dict):
-        return {k: _strict(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_strict(v) for v in o]
-    if isinstance(o, (np.floating, np.integer)):
-        o = o.item()
-    if isinstance(o, float) and math.isinf(o):
-        return "inf" if o > 0 else "-inf"
-    return o
 
 
 def load_results(path):

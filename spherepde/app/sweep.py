@@ -144,8 +144,6 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         _fail(f"unknown key(s) {sorted('sweep.' + k for k in bad)}; allowed: {sorted(_SWEEP_KEYS)}")
     base: dict = {}
     if "base" in sw:
-        from .config import load_config  # noqa: F401 - the file must be a valid scenario
-
         bpath = here / sw["base"]
         if not bpath.is_file():
             _fail(f"sweep.base: no scenario file at {bpath}")
@@ -272,7 +270,7 @@ def task_dataset(spec, task, run):
             data[name] = ((), value, {"units": units, "long_name": ln})
     attrs = {**io.global_attrs("spherepde sweep task", "sweep task"), "task_id": spec["id"],
              "params": json.dumps(spec["params"], sort_keys=True),
-             "scenario": json.dumps(spec["scenario"], sort_keys=True, default=str),
+             "scenario": io.to_json(spec["scenario"], indent=None),
              "solver": spec["solver"], "seconds": float(run.seconds),
              "note": "; ".join(f"{k}: {v}" for k, v in sorted((run.notes or {}).items()))}
     return xr.Dataset(data, coords={"time": io.time_coord(times)}, attrs=attrs)
@@ -427,7 +425,7 @@ def gather(sweep: Sweep, specs=None):
     if times is not None:
         coords["time"] = io.time_coord(times)
     attrs = {**io.global_attrs("spherepde parameter sweep", "sweep"), "solver": sweep.solver,
-             "base_scenario": json.dumps(sweep.base, sort_keys=True, default=str),
+             "base_scenario": io.to_json(sweep.base, indent=None),
              "axes": json.dumps(list(sweep.axes)), "cluster_tol": sweep.cluster_tol}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 

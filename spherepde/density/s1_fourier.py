@@ -23,7 +23,6 @@ import numpy as np
 from .. import interaction
 from ..interaction.funk_hecke import attention_s1, circular_multipliers
 from ..measures import PointCloud
-from ..model import Model
 from ..sphere import as_points
 from ..transforms.sht import fft_size
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,

@@ -37,7 +37,6 @@ from ..interaction.funk_hecke import (GeneralFunkHecke, attention_s2, funk_hecke
                                      local_frame, spherical_multipliers)
 from ..interaction.reference import LOG_FLOAT_MAX, usa_overflow_error
 from ..measures import PointCloud
-from ..model import Model
 from ..sphere import GaussGrid, as_points
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
