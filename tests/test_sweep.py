@@ -74,3 +74,13 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
     assert "USA" in cell["error"].item() or "normalized" in cell["error"].item()
     assert (ds["status"].values == "done").sum() == 3
     assert np.isfinite(ds["min_w2"].values).sum() == 3
+
+
+def test_invalid_sweep_file_names_the_key(tmp_path, capsys):
+    from spherepde.app.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[axes]\n"particles.count" = [1, 2]\n')
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "particles.count" in err and "not a scenario key" in err

@@ -41,6 +41,7 @@ probability of a single cluster).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -119,6 +120,14 @@ def _fail(msg):
     raise SweepError(msg)
 
 
+def _read_toml(path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        _fail(f"{path} is not valid TOML: {exc}")
+
+
 def load_sweep(path_or_dict, out=None) -> Sweep:
     """Read and check a sweep file (or an already-parsed dict)."""
     here = Path.cwd()
@@ -129,11 +138,7 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         if not path.is_file():
             _fail(f"no sweep file at {path}; give the path of a TOML file with [sweep], [base] "
                   "and [axes] (see docs/sweeps.md)")
-        try:
-            with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            _fail(f"{path} is not valid TOML: {exc}")
+        doc = _read_toml(path)
         here = path.parent
     unknown = set(doc) - {"sweep", "base", "axes"}
     if unknown:
@@ -147,8 +152,7 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         bpath = here / sw["base"]
         if not bpath.is_file():
             _fail(f"sweep.base: no scenario file at {bpath}")
-        with open(bpath, "rb") as fh:
-            base = tomllib.load(fh)
+        base = _read_toml(bpath)
     for section, values in doc.get("base", {}).items():
         if not isinstance(values, dict):
             _fail(f"[base.{section}] must be a table of scenario keys")
@@ -310,8 +314,7 @@ def run_sweep(sweep, scheduler: str | None = None, n_workers: int | None = None,
     if not isinstance(sweep, Sweep):
         sweep = load_sweep(sweep, out=out)
     elif out is not None:
-        sweep = copy.replace(sweep, out=Path(out)) if hasattr(copy, "replace") else \
-            Sweep(**{**sweep.__dict__, "out": Path(out)})
+        sweep = dataclasses.replace(sweep, out=Path(out))
     report = report or (lambda text: print(text, file=sys.stderr))
     folder = sweep.out / "tasks"
     folder.mkdir(parents=True, exist_ok=True)
