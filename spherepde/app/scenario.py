@@ -385,7 +385,7 @@ def _run_with_bar(task: Task, progress: bool) -> Run:
     end = float(task.times[-1])
     with tqdm(total=end, desc=f"  {task.solver}, β={beta_text(task.beta)}", leave=False,
               disable=not progress, unit="t",
-              bar_format="{desc}: {percentage:3.0f}%|{bar}| t = {n:.3g} of {total:.3g} "
+              bar_format="{desc}: {percentage:3.0f}%|{bar}| t = {n:6.3f} of {total:.3g} "
                          "[{elapsed}<{remaining}]") as bar:
         def advance(t):
             bar.update(min(float(t), end) - bar.n)
