@@ -250,8 +250,10 @@ def plot_w2_curves(ds, path):
     ax.set_ylabel(r"$W_2(\rho_t,\ \Pi_\#\rho_0)$  (chordal cost)")
     if np.isfinite(lo) and hi > 0:
         decades = math.log10(hi / lo) if lo > 0 else 16
-        # at least four labelled ticks: 1..9 within a decade and a half, 1-2-5 within three
-        subs = np.arange(1.0, 10.0) if decades < 1.5 else (1.0, 2.0, 5.0) if decades < 3 else (1.0,)
+        # at least four labelled ticks, not crowded: 1..9 within a decade, 1-2-3-5 within
+        # two and a half, 1-2-5 within three, decades beyond
+        subs = (np.arange(1.0, 10.0) if decades < 1 else (1.0, 2.0, 3.0, 5.0) if decades < 2.5
+                else (1.0, 2.0, 5.0) if decades < 3 else (1.0,))
         ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs, numticks=20))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(_tick_label))
         ax.yaxis.set_minor_locator(ticker.LogLocator(base=10, subs=np.arange(2, 10) * 0.1 * 10,
@@ -312,7 +314,7 @@ def plot_density_maps(ds, path, nlon: int = 360):
                     np.sin(np.radians(LA))], -1)
     fig = plt.figure(figsize=(3.3 * len(cols) + 0.8, 1.95 * len(rows) + 0.6))
     gs = fig.add_gridspec(len(rows), len(cols) + 1, width_ratios=[1] * len(cols) + [0.04],
-                          wspace=0.08, hspace=0.25)
+                          wspace=0.08, hspace=0.25, top=0.93)
     dens = ds["density"].values
     lat, lon = ds["lat"].values, ds["lon"].values
     for r, j in enumerate(rows):
@@ -425,10 +427,14 @@ def plot_orthographic(ds, path, n: int = 161):
 
 def plot_particles(ds, path):
     """Tokens on the orthographic pair (front and back hemispheres apart), rows β, at the same
-    snapshot times as the density figures."""
+    snapshot times as the density figures, plus the last time of the particle runs."""
     rows, cols = _token_rows(ds), _panel_times(ds)
     if not rows or not cols.size:
         return _placeholder(path, "no particle run in these results")
+    # the density times, and the particles' horizon when it lies beyond them
+    last = ds.sizes["snapshot_time"] - 1
+    if last > cols[-1] and np.isfinite(ds["positions"].values[rows[0], last]).all():
+        cols = np.append(cols, last)
     frame = view_frame(_e(ds))
     fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.6 * len(cols), 2.2 * len(rows) + 0.5),
                              squeeze=False)
