@@ -17,6 +17,7 @@ import numpy as np
 
 from . import interaction
 from .measures import Measure, PointCloud, as_point_cloud
+from .registry import renamed_keyword
 from .sphere import as_points, tangent_projection
 
 __all__ = ["Model", "AssumptionReport", "AssumptionError"]
@@ -240,8 +241,13 @@ class Model:
         return PointCloud(px[keep], w / w.sum())
 
     # ------------------------------------------------------------------ velocity
-    def attention(self, x, points, weights=None, backend: str = "auto") -> np.ndarray:
-        """Attention output before the tangent projection, x: (m, d) -> (m, d)."""
+    def attention(self, x, points, weights=None, kernel: str = "auto", *,
+                  backend: str | None = None) -> np.ndarray:
+        """Attention output before the tangent projection, x: (m, d) -> (m, d).
+
+        ``kernel``: an interaction kernel of :data:`spherepde.interaction.KERNELS` or "auto"
+        (``backend`` is its deprecated old name)."""
+        kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         if self.zero_temperature and not self.hardmax:
             return interaction.zero_temperature_attention(x, self.A, self.B)
         keys = points @ self.B.T
@@ -249,9 +255,10 @@ class Model:
         if self.zero_temperature:
             return interaction.hardmax_attention(x, keys, values, weights)
         return interaction.attention(x, keys, values, weights, self.beta, self.normalized,
-                                     backend=backend)
+                                     kernel=kernel)
 
-    def velocity(self, x, points=None, weights=None, backend: str = "auto") -> np.ndarray:
+    def velocity(self, x, points=None, weights=None, kernel: str = "auto", *,
+                 backend: str | None = None) -> np.ndarray:
         r"""The velocity :math:`X[\mu](x)` for :math:`\mu = \sum_j w_j \delta_{p_j}`.
 
         Parameters
@@ -260,13 +267,17 @@ class Model:
         points : (n, d) atoms of mu (ignored by the beta = inf local field, may be None there)
         weights : (n,), optional
             Non-negative, summing to 1 (default uniform).
-        backend : str
-            Interaction backend ("auto", "numpy", "numba", "torch").
+        kernel : str
+            Interaction kernel: "auto", or a name of :data:`spherepde.interaction.KERNELS`
+            ("numpy", "numba", "torch", "harmonic", ...).
+        backend : str, deprecated
+            The old name of ``kernel``.
 
         Returns
         -------
         (..., d) tangent vectors.
         """
+        kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         x = as_points(x, self.d, name="x")
         shape = x.shape
         xf = x.reshape(-1, self.d)
@@ -278,7 +289,7 @@ class Model:
             cloud = PointCloud(points, weights)
             if cloud.d != self.d:
                 raise ValueError(f"points have d = {cloud.d}, the model d = {self.d}")
-            out = self.attention(xf, cloud.points, cloud.weights, backend=backend)
+            out = self.attention(xf, cloud.points, cloud.weights, kernel=kernel)
         return tangent_projection(xf, out).reshape(shape)
 
     def to_arrays(self) -> dict:
