@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, io
-from .config import beta_text, load_config, used_scenario, validate_config
+from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
 
@@ -55,8 +55,11 @@ def rotation_matrix(axis, angle: float) -> np.ndarray:
 
 
 def build_model(cfg: dict, beta: float) -> Model:
-    """B = K (Q = I) a rotation O, V = S O with S = diag(eigenvalues), so A = V B^T = S."""
+    """B = K (Q = I) a rotation O, V = S O with S = diag(eigenvalues), so A = V B^T = S;
+    or Q = K = V = I in dimension d (``model.matrices = "identity"``)."""
     m = cfg["model"]
+    if m["matrices"] == "identity":
+        return Model(d=m["d"], beta=beta, normalized=m["normalized"])
     O = rotation_matrix(m["rotation_axis"], m["rotation_angle"])
     S = np.diag(m["eigenvalues"])
     return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"])
@@ -67,7 +70,7 @@ def build_initial(cfg: dict):
     ``mean`` and ``mean2``, the same ``kappa``, masses ``weights``)."""
     ini = cfg["initial"]
     if ini["kind"] == "uniform":
-        return Uniform(3)
+        return Uniform(cfg["model"]["d"])
     if ini["kind"] == "vmf":
         return VonMisesFisher(_unit(ini["mean"]), ini["kappa"])
     return Mixture([VonMisesFisher(_unit(ini["mean"]), ini["kappa"]),
@@ -205,7 +208,6 @@ def run_one(task: Task, progress=None) -> Run:
     cfg = task.scenario
     mu0 = build_initial(cfg)
     model = build_model(cfg, task.beta)
-    ref = reference_model(cfg)
     times = task.times
     t0 = time.perf_counter()
     if task.solver == "particles":
@@ -213,10 +215,10 @@ def run_one(task: Task, progress=None) -> Run:
         x0 = mu0.sample(p["n"], seed=p["seed"])
         # Against Pi#mu^N_0 (the empirical half-sphere masses), not Pi#rho_0: the O(N^-1/2)
         # mass mismatch would otherwise put a floor under the curve.
-        limit = ref.limit_measure(PointCloud(x0))
+        distance = _distance_to_limit(cfg, PointCloud(x0), w2)
         traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(
             x0, times, progress=progress)
-        vals = np.array([float(w2(traj.measure(i), limit).value) for i in range(len(times))])
+        vals = np.array([distance(traj.measure(i)) for i in range(len(times))])
         idx = np.searchsorted(times, np.union1d(snapshot_times(cfg), times[-1:]))
         return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
                    snapshot_times=times[idx], positions=traj.positions[idx], key=task.key)
@@ -224,11 +226,11 @@ def run_one(task: Task, progress=None) -> Run:
         raise ValueError(f"unknown solver {task.solver!r}; expected 'particles' or 'spectral'")
     from ..density import SpectralSolver
 
-    limit = ref.limit_measure(mu0)
+    distance = _distance_to_limit(cfg, mu0, w2)
     sol = SpectralSolver(model, lmax=cfg["spectral"]["lmax"]).solve(
         mu0, times, stop_negative_mass=NEGATIVE_MASS_STOP, progress=progress)
     reached = sol.times
-    vals = np.array([float(w2(sol.measure(i), limit).value) for i in range(len(reached))])
+    vals = np.array([distance(sol.measure(i)) for i in range(len(reached))])
     idx = np.searchsorted(reached, snapshot_times(cfg)[snapshot_times(cfg) <= reached[-1]])
     grid = _plot_grid()
     dens = np.stack([sol.density(int(i), grid) for i in idx])
@@ -237,6 +239,18 @@ def run_one(task: Task, progress=None) -> Run:
     return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
                snapshot_times=reached[idx], densities=dens, mass=np.asarray(diag["mass"]),
                negative_mass=np.asarray(diag["negative_mass"]), key=task.key)
+
+
+def _distance_to_limit(cfg: dict, mu0, w2):
+    """The measure the run's curve tracks: W2 to Π#μ_0 for the "rotation" set-up; for
+    Q = K = V = I (no spectral gap, no projection) the W2 distance to the nearest single
+    cluster, :func:`spherepde.analysis.diagnostics.w2_to_nearest_dirac`."""
+    if cfg["model"]["matrices"] == "identity":
+        from ..analysis.diagnostics import w2_to_nearest_dirac
+
+        return w2_to_nearest_dirac
+    limit = reference_model(cfg).limit_measure(mu0)
+    return lambda mu: float(w2(mu, limit).value)
 
 
 def reference_model(cfg: dict) -> Model:
@@ -324,6 +338,11 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         cfg = load_config(cfg)
     else:
         cfg = validate_config(cfg)
+    if cfg["model"]["matrices"] != "rotation":
+        raise ConfigError("spherepde run measures the distance to the projected limit Pi#rho_0, "
+                          "which needs model.matrices = \"rotation\" (A with a spectral gap); "
+                          "run Q = K = V = I scenarios with `spherepde sweep` and the measures "
+                          "\"clusters\" / \"single_cluster\" (see docs/sweeps.md)")
     out = Path(out or cfg["output"]["dir"])
     _prepare_folder(out)
     folder = out / "runs"

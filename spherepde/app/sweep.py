@@ -65,8 +65,11 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10
 __all__ = ["Sweep", "load_sweep", "run_sweep", "run_task", "gather", "MEASURES"]
 
 MEASURES = ("w2", "t_star", "min_w2", "clusters", "single_cluster")
-_SCALARS = {"t_star": ("time of the smallest W2 to the projected measure", "1"),
-            "min_w2": ("smallest W2 to the projected measure (chordal)", "1"),
+#: What the W2 curve measures (chordal cost), for the "rotation" and the "identity" set-ups.
+W2_NAME = ("W2 to the limit: Pi#rho_0, or the nearest single cluster when Q = K = V = I "
+           "(chordal)")
+_SCALARS = {"t_star": ("time of the smallest W2 to the limit", "1"),
+            "min_w2": ("smallest W2 to the limit (chordal)", "1"),
             "clusters": ("number of token clusters at the last time", "1"),
             "single_cluster": ("1 if the tokens form a single cluster at the last time", "1")}
 _SWEEP_KEYS = {"base", "solver", "measures", "cluster_tol", "out", "phase"}
@@ -267,7 +270,7 @@ def task_dataset(spec, task, run):
     times = np.asarray(task.times, dtype=float)
     w = np.full(times.size, np.nan)
     w[np.searchsorted(times, run.times)] = run.w2
-    data = {"w2": ("time", w, {"units": "1", "long_name": "W2 to the projected measure (chordal)"})}
+    data = {"w2": ("time", w, {"units": "1", "long_name": W2_NAME})}
     for name, value in _measure(spec, run).items():
         if name in spec["measures"]:
             ln, units = _SCALARS[name]
@@ -408,8 +411,7 @@ def gather(sweep: Sweep, specs=None):
                 else:  # a task with its own time grid (t_end swept): nearest common times
                     w[idx] = np.interp(times, ds["time"].values, ds["w2"].values,
                                        left=np.nan, right=np.nan)
-            data["w2"] = ((*keys, "time"), w, {"units": "1", "long_name":
-                                               "W2 to the projected measure (chordal)"})
+            data["w2"] = ((*keys, "time"), w, {"units": "1", "long_name": W2_NAME})
         for name in _SCALARS:
             if name in sweep.measures:
                 v = np.full(shape, np.nan)
