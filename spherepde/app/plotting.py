@@ -397,7 +397,7 @@ def plot_orthographic(ds, path, n: int = 161):
     lat, lon = ds["lat"].values, ds["lon"].values
     fig = plt.figure(figsize=(3.6 * len(cols) + 0.8, 1.95 * len(rows) + 0.7))
     gs = fig.add_gridspec(len(rows), len(cols) + 1, width_ratios=[1] * len(cols) + [0.04],
-                          wspace=0.08, hspace=0.3)
+                          wspace=0.08, hspace=0.3, top=0.92)
     inside = np.isfinite(pts[..., 0])
     for r, j in enumerate(rows):
         norm = density_norm(dens[j][cols])
@@ -475,6 +475,8 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
     if not rows or "snapshot_time" not in ds.coords:
         return []
     frames = np.arange(ds.sizes["snapshot_time"])
+    if have_d:  # the density's window (the particles' horizon alone would be a jump in time)
+        frames = frames[np.isfinite(ds["density"].values).any(axis=(0, 2, 3))]
     frame = view_frame(_e(ds))
     pts, extent = ortho_raster(frame, n)
     inside = np.isfinite(pts[..., 0])
