@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fresh", action="store_true",
                      help="recompute every run instead of reusing finished ones in OUT/runs")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--no-figures", dest="figures", action="store_false",
+                     help="skip the figures (results.npz, summary.md and scenario.json only)")
     run.set_defaults(handler=_run)
 
     plot = sub.add_parser("plot", help="redraw the figures of a saved run without recomputing")
@@ -66,7 +68,8 @@ def _run(args) -> int:
     from .scenario import OutputError, RunInterrupted, run_scenario
 
     try:
-        res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet)
+        res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet,
+                           figures=args.figures)
     except ConfigError as exc:
         return _error(f"invalid scenario: {exc}", EXIT_BAD_INPUT)
     except OutputError as exc:

@@ -14,6 +14,7 @@ names the key and what it accepts.
     rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
     rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
     normalized = true                # SA (true) or USA (false)
+    rescale_time = false             # USA only: time in units of the kernel's maximum e^beta
 
     [initial]
     kind = "vmf"                     # "uniform", "vmf" or "bimodal" (two vMF caps)
@@ -67,6 +68,7 @@ DEFAULT = {
         "rotation_angle": 0.9,
         "rotation_axis": [1.0, 1.0, 1.0],
         "normalized": True,
+        "rescale_time": False,
     },
     "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5,
                 "mean2": [-0.3, -1.0, -0.4], "weights": [0.6, 0.4]},
@@ -89,6 +91,8 @@ MATRICES = ("rotation", "identity")
 MAX_D = 64
 #: Largest beta of a USA scenario: its steps are ~e^-beta times those of SA (e^12 ~ 1.6e5).
 USA_MAX_BETA = 12.0
+#: Largest beta of a rescaled USA scenario: the kernel e^(beta |B|) (|B| = 1) must fit float64.
+USA_RESCALED_MAX_BETA = 700.0
 
 
 def _numbers(key, v, n, what):
@@ -178,6 +182,10 @@ def validate_config(user: dict | None) -> dict:
     m["rotation_angle"] = _number("model.rotation_angle", m["rotation_angle"])
     m["rotation_axis"] = _vec3("model.rotation_axis", m["rotation_axis"])
     m["normalized"] = _bool("model.normalized", m["normalized"])
+    m["rescale_time"] = _bool("model.rescale_time", m["rescale_time"])
+    if m["rescale_time"] and m["normalized"]:
+        raise ConfigError("model.rescale_time = true applies to USA (model.normalized = false) "
+                          "only: the SA field needs no rescaling")
 
     ini = cfg["initial"]
     if ini["kind"] not in _INITIAL_KINDS:
@@ -202,10 +210,15 @@ def validate_config(user: dict | None) -> dict:
     if not m["normalized"] and any(math.isinf(b) for b in r["betas"]):
         raise ConfigError("run.betas contains \"inf\", which needs model.normalized = true "
                           "(the USA field grows like e^beta)")
-    if not m["normalized"] and max(r["betas"]) > USA_MAX_BETA:
+    if not m["normalized"] and not m["rescale_time"] and max(r["betas"]) > USA_MAX_BETA:
         raise ConfigError(f"run.betas must be <= {USA_MAX_BETA:g} with model.normalized = false "
                           f"(got {max(r['betas']):g}): the USA field is of size e^beta, so its "
-                          "time steps shrink like e^-beta; use normalized = true for colder runs")
+                          "time steps shrink like e^-beta; set model.rescale_time = true (time "
+                          "in units of e^beta) or use normalized = true for colder runs")
+    if m["rescale_time"] and max(r["betas"]) > USA_RESCALED_MAX_BETA:
+        raise ConfigError(f"run.betas must be <= {USA_RESCALED_MAX_BETA:g} with model.rescale_time "
+                          f"= true (got {max(r['betas']):g}): the USA kernel e^beta is beyond "
+                          "float64 there; use normalized = true")
     r["t_end"] = _number("run.t_end", r["t_end"], lo=0.0, lo_open=True, hi=MAX_T_END)
     r["n_times"] = _number("run.n_times", r["n_times"], lo=2, hi=10_000, integer=True)
 
@@ -233,8 +246,11 @@ def used_scenario(cfg: dict) -> dict:
     only, and no spectral settings when the spectral solver is off. This is what
     ``scenario.json`` records and what decides whether a saved run can be reused."""
     out = copy.deepcopy(cfg)
+    if out["model"]["normalized"]:
+        del out["model"]["rescale_time"]
     if out["model"]["matrices"] == "identity":  # no eigenvalues, no rotation
-        out["model"] = {k: out["model"][k] for k in ("matrices", "d", "normalized")}
+        out["model"] = {k: v for k, v in out["model"].items()
+                        if k in ("matrices", "d", "normalized", "rescale_time")}
     ini = out["initial"]
     out["initial"] = {"kind": ini["kind"], **{k: ini[k] for k in INITIAL_KEYS[ini["kind"]]}}
     if not out["spectral"]["enabled"]:

@@ -37,6 +37,9 @@ RESULT_FORMAT = 2
 #: The spectral runs end once the density's negative mass exceeds this: past it the density is
 #: no longer resolved at the chosen lmax, and the curve would measure the truncation instead.
 NEGATIVE_MASS_STOP = 1e-3
+#: The figures a run writes (``spherepde.app.plotting.plot_results``).
+FIGURE_NAMES = ("w2_to_limit.png", "densities.png", "densities_orthographic.png",
+                "particles.png", "animation.gif", "animation.mp4")
 #: Largest number of snapshot times kept for the figures and the animation.
 N_SNAPSHOTS = 9
 
@@ -59,10 +62,12 @@ def build_model(cfg: dict, beta: float) -> Model:
     or Q = K = V = I in dimension d (``model.matrices = "identity"``)."""
     m = cfg["model"]
     if m["matrices"] == "identity":
-        return Model(d=m["d"], beta=beta, normalized=m["normalized"])
+        return Model(d=m["d"], beta=beta, normalized=m["normalized"],
+                     rescale_time=m["rescale_time"])
     O = rotation_matrix(m["rotation_axis"], m["rotation_angle"])
     S = np.diag(m["eigenvalues"])
-    return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"])
+    return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"],
+                 rescale_time=m["rescale_time"])
 
 
 def build_initial(cfg: dict):
@@ -256,7 +261,10 @@ def _distance_to_limit(cfg: dict, mu0, w2):
 def reference_model(cfg: dict) -> Model:
     """The model whose Π defines the limit: zero temperature for SA, the first β for USA
     (Π depends only on A, so any β gives the same projection)."""
-    return build_model(cfg, math.inf if cfg["model"]["normalized"] else cfg["run"]["betas"][0])
+    m = cfg["model"]
+    beta = math.inf if m["normalized"] else cfg["run"]["betas"][0]
+    # without the time change of rescale_time: the report states A = V B^T as configured
+    return build_model({**cfg, "model": {**m, "rescale_time": False}}, beta)
 
 
 class OutputError(RuntimeError):
@@ -313,7 +321,8 @@ def _prepare_folder(out: Path) -> None:
 
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,
-                 fresh: bool = False, progress: bool = True, notify=None) -> dict:
+                 fresh: bool = False, progress: bool = True, notify=None,
+                 figures: bool = True) -> dict:
     """Run a scenario (the default one when ``cfg`` is None) and write its outputs.
 
     Maps :func:`run_one` over :func:`tasks_of`, reusing the runs saved under ``<out>/runs/``.
@@ -324,6 +333,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     ----------
     notify : callable notify(text), optional
         Receives one-line notices (a damaged saved run, ...); default: print to stderr.
+    figures : bool
+        Draw the figures (False: results, summary and scenario only).
 
     Returns a dict with the output folder, the :class:`Run` records, how many were reused,
     the fitted rate and the summary text. Ctrl-C raises :class:`RunInterrupted`.
@@ -388,7 +399,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         spectral_note = None if cfg["spectral"]["enabled"] else \
             "disabled in the scenario ([spectral] enabled = false)"
         summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
-                                 spectral_note)
+                                 spectral_note, figures)
         (out / IN_PROGRESS).unlink()
     except KeyboardInterrupt:
         raise RunInterrupted(len(runs), len(tasks), folder) from None
@@ -440,8 +451,7 @@ def _fit_zero_temperature_rate(runs: list[Run], report):
 
 
 def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report, rate, x0,
-                   spectral_note):
-    from . import plotting
+                   spectral_note, figures=True):
 
     from .results import RESULTS_NAME, results_dataset
 
@@ -451,13 +461,22 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
                          rate=rate, map_grid=_plot_lat_lon())
     io.save_dataset(ds, out / RESULTS_NAME)
     io.write_json(out / "scenario.json", used)
-    plotting.plot_results(ds, out)
+    if figures:
+        from . import plotting
+
+        plotting.plot_results(ds, out)
+    else:  # figures of an earlier scenario would describe another run
+        for name in FIGURE_NAMES:
+            (out / name).unlink(missing_ok=True)
 
     if cfg["model"]["normalized"]:
         attention = "softmax-normalized self-attention (SA)"
     else:
         attention = ("unnormalized self-attention (USA: no softmax denominator, so tokens move "
                      "at speeds up to e^beta; the projection Pi is the same as for SA)")
+        if cfg["model"]["rescale_time"]:
+            attention += (", with time measured in units of the kernel's maximum e^beta "
+                          "(model.rescale_time = true: t here is e^-beta times USA's time)")
     lines = ["# spherepde run: low-temperature concentration on S^2", "",
              f"Tokens and their density evolve under {attention} with B = Q^T K a rotation "
              "and A = V B^T symmetric (docs/theory.md, section 3.1). W2 is the chordal "
@@ -503,9 +522,9 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
                   "| beta | max difference |", "|---|---|", *diffs]
     elif spectral_note:
         lines += ["", f"The spectral solver was not run: {spectral_note}."]
-    lines += ["", "Files: results.nc (every result, NetCDF; see docs/sweeps.md), scenario.json, "
-              "w2_to_limit.png, densities.png, densities_orthographic.png, particles.png, "
-              "animation.gif, runs/ (one file per finished run; a rerun reuses them). "
+    figs = ", ".join(FIGURE_NAMES) + ", " if figures else ""
+    lines += ["", f"Files: results.nc (every result, NetCDF; see docs/sweeps.md), scenario.json, "
+              f"{figs}runs/ (one file per finished run; a rerun reuses them). "
               "`spherepde plot` redraws the figures from results.nc."]
     text = "\n".join(lines) + "\n"
     io.write_text(out / "summary.md", text)
