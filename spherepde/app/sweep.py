@@ -448,8 +448,10 @@ def draw_phase_diagram(sweep: Sweep, ds, path):
     y = sweep.phase.get("y", next(a for a in multi if a != x))
     da = ds[measure]
     others = [d for d in da.dims if d not in (x, y)]
-    title = measure
+    title = f"{measure}, {sweep.solver}"
     if others:
+        n = int(np.prod([da.sizes[d] for d in others]))
         da = da.mean(others, keep_attrs=True)
+        da.attrs["long_name"] = f"mean over {n} tasks of: {da.attrs.get('long_name', measure)}"
         title += f" (mean over {', '.join(others)})"
     return plot_phase_diagram(da, path, x=x, y=y, title=title)
