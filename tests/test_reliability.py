@@ -185,11 +185,11 @@ def test_interrupted_run_marks_the_folder_and_says_what_finished(tiny, tmp_path,
     calls = []
     real = scenario.run_one
 
-    def run_one(task):
+    def run_one(task, **kw):
         if calls:
             raise KeyboardInterrupt  # Ctrl-C during the second run
         calls.append(task)
-        return real(task)
+        return real(task, **kw)
 
     monkeypatch.setattr(scenario, "run_one", run_one)
     code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)

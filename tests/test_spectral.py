@@ -292,7 +292,7 @@ def test_solution_object(tmp_path):
     assert np.abs(mu.mean() - m1).max() < 1e-10
     for key in ("mass", "min", "negative_mass", "energy"):
         assert sol.diagnostics[key].shape == (3,)
-    path = sol.save(tmp_path / "sol.nc")
+    path = sol.save(tmp_path / "sol")
     back = SpectralSolution.load(path)
     assert np.array_equal(back.coefficients, sol.coefficients)
     assert np.array_equal(back.times, sol.times)
@@ -309,7 +309,7 @@ def test_fourier_solution_object(tmp_path):
     assert np.abs(sol.density(0, x) - mu0.density(x)).max() < 1e-8
     mu = sol.measure(1)
     assert mu.d == 2 and abs(mu.weights.sum() - 1) < 1e-12
-    back = type(sol).load(sol.save(tmp_path / "s1.nc"))
+    back = type(sol).load(sol.save(tmp_path / "s1"))
     assert np.array_equal(back.coefficients, sol.coefficients)
 
 

@@ -22,13 +22,15 @@ import numpy as np
 
 from .. import interaction
 from ..interaction.funk_hecke import attention_s1, circular_multipliers
+from ..io import save_npz
 from ..measures import PointCloud
+from ..model import Model
 from ..registry import renamed_keyword
 from ..sphere import as_points
 from ..transforms.sht import fft_size
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
-                     choose_path, complex_from, complex_variables, density_callable,
-                     direct_energy, hyperviscosity, initial_measure, run_time_loop, SolutionIO,
+                     choose_path, density_callable, direct_energy, hyperviscosity,
+                     initial_measure, run_time_loop,
                      safe_exp_times, signed_attention, warn_resolution)
 
 __all__ = ["FourierSolver", "FourierSolution"]
@@ -197,30 +199,18 @@ class FourierSolver:
         diag = np.array([self.diagnostics(y) for y in states])
         return FourierSolution(times, np.array(states), self.model, initial_measure(density0, 2),
                                dict(mass=diag[:, 0], min=diag[:, 1], negative_mass=diag[:, 2],
-                                    energy=diag[:, 3]), n=self.n, path=self.path, stats=stats,
-                               settings=self.settings())
-
-    def settings(self) -> dict:
-        """The settings that determine a solve (for the solution's record; unset ones left out)."""
-        return {k: v for k, v in {
-            "kmax": self.kmax, "n": self.n, "path": self.path, "scheme": self.scheme,
-            "dt": self.dt, "rtol": self.rtol, "atol": self.atol, "cfl": self.cfl,
-            "filter_strength": self.filter_strength,
-            "filter_order": self.filter_order}.items() if v is not None}
+                                    energy=diag[:, 3]), n=self.n, path=self.path, stats=stats)
 
 
-class FourierSolution(SolutionIO):
+class FourierSolution:
     """The densities at the output times of :meth:`FourierSolver.solve`.
 
     Attributes: ``times`` (T,), ``coefficients`` (T, K + 1) complex (rho_k, k >= 0), ``kmax``,
-    ``model``, ``initial_measure``, ``diagnostics`` (as for SpectralSolution), ``stats``,
-    ``settings`` (:meth:`FourierSolver.settings`).
+    ``model``, ``initial_measure``, ``diagnostics`` (as for SpectralSolution), ``stats``.
     """
 
-    xarray_kind = "S1 Fourier solution"
-
     def __init__(self, times, coefficients, model, initial_measure, diagnostics, n=None,
-                 path="", stats=None, settings=None):
+                 path="", stats=None):
         self.times = np.asarray(times, dtype=np.float64)
         self.coefficients = np.asarray(coefficients)
         self.kmax = self.coefficients.shape[-1] - 1
@@ -230,7 +220,6 @@ class FourierSolution(SolutionIO):
         self.n = int(n or fft_size(3 * (self.kmax + 1)))
         self.path = path
         self.stats = stats or {}
-        self.settings = dict(settings or {"kmax": self.kmax, "n": self.n, "path": path})
 
     def __len__(self):
         return self.times.size
@@ -255,25 +244,21 @@ class FourierSolution(SolutionIO):
         w = np.maximum(vals, 0.0)
         return PointCloud(pts, w / w.sum())
 
-    # ------------------------------------------------------------------ export (SolutionIO)
-    def _xarray_space(self):
-        th = 2.0 * np.pi * np.arange(self.n) / self.n
-        vals = np.stack([self.grid_values(i)[1] for i in range(len(self))])
-        coords = {"angle": ("angle", th, {"units": "radian",
-                                          "long_name": "angle theta, x = (cos theta, sin theta)"})}
-        return ("angle",), coords, vals, "radian-1", "token density against arc length"
-
-    def _xarray_state(self):
-        return complex_variables("coefficient", self.coefficients, ("time", "wavenumber"),
-                                 "Fourier coefficient rho_k, k >= 0")
-
-    def _xarray_settings(self):
-        return {**self.settings, "kmax": self.kmax, "n": self.n, "path": self.path}
+    def save(self, path) -> str:
+        return save_npz(path, kind=np.str_("S1"), times=self.times,
+                        coefficients=self.coefficients, n=np.int64(self.n),
+                        path=np.str_(self.path),
+                        **{f"diag_{k}": v for k, v in self.diagnostics.items()},
+                        **self.model.to_arrays())
 
     @classmethod
-    def _from_parts(cls, ds, times, model, diagnostics, stats, settings):
-        return cls(times, complex_from(ds, "coefficient"), model, None, diagnostics,
-                   int(settings["n"]), str(settings["path"]), stats, settings)
+    def load(cls, path) -> "FourierSolution":
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["kind"]) != "S1":
+                raise ValueError(f"{path} holds a {z['kind']} solution; use SpectralSolution.load")
+            diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
+            return cls(z["times"], z["coefficients"], Model.from_arrays(z), None, diag,
+                       int(z["n"]), str(z["path"]))
 
     def __repr__(self) -> str:
         return (f"FourierSolution(kmax={self.kmax}, {self.times.size} times in "

@@ -36,13 +36,15 @@ from .. import interaction
 from ..interaction.funk_hecke import (GeneralFunkHecke, attention_s2, funk_hecke_fields_s2,
                                      local_frame, spherical_multipliers)
 from ..interaction.reference import LOG_FLOAT_MAX, usa_overflow_error
+from ..io import save_npz
 from ..measures import PointCloud
+from ..model import Model
 from ..registry import renamed_keyword
 from ..sphere import GaussGrid, as_points
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
-                     choose_path, complex_from, complex_variables, density_callable,
-                     direct_energy, hyperviscosity, initial_measure, run_time_loop, SolutionIO,
+                     choose_path, density_callable, direct_energy, hyperviscosity,
+                     initial_measure, run_time_loop,
                      safe_exp_times, signed_attention, warn_resolution)
 
 __all__ = ["SpectralSolver", "SpectralSolution"]
@@ -344,15 +346,7 @@ class SpectralSolver:
                                 dict(mass=diag[:, 0], min=diag[:, 1], negative_mass=diag[:, 2],
                                      energy=diag[:, 3]),
                                 grid_shape=(self.grid.nlat, self.grid.nlon), sht=self.sht_library,
-                                path=self.path, stats=stats, settings=self.settings())
-
-    def settings(self) -> dict:
-        """The settings that determine a solve (for the solution's record; unset ones left out)."""
-        return {k: v for k, v in {
-            "lmax": self.lmax, "sht": self.sht_library, "path": self.path, "scheme": self.scheme,
-            "dt": self.dt, "rtol": self.rtol, "atol": self.atol, "cfl": self.cfl,
-            "filter_strength": self.filter_strength, "filter_order": self.filter_order,
-            "nlat": self.grid.nlat, "nlon": self.grid.nlon}.items() if v is not None}
+                                path=self.path, stats=stats)
 
 
 def _rotation_frame(O):
@@ -370,7 +364,7 @@ def _rotation_frame(O):
     return np.column_stack([u, np.cross(n, u), n])
 
 
-class SpectralSolution(SolutionIO):
+class SpectralSolution:
     r"""The densities at the output times of :meth:`SpectralSolver.solve`.
 
     Attributes
@@ -385,13 +379,10 @@ class SpectralSolution(SolutionIO):
         ``energy`` (:math:`\frac1{2\beta}\iint e^{\beta\langle x,By\rangle}\rho\rho`; NaN at
         beta = 0 or inf)
     stats : steps, rejected steps and right-hand-side evaluations
-    settings : the solver settings (:meth:`SpectralSolver.settings`)
     """
 
-    xarray_kind = "S2 spectral solution"
-
     def __init__(self, times, coefficients, lmax, model, initial_measure, diagnostics,
-                 grid_shape=None, sht="auto", path="", stats=None, settings=None):
+                 grid_shape=None, sht="auto", path="", stats=None):
         self.times = np.asarray(times, dtype=np.float64)
         self.coefficients = np.asarray(coefficients)
         self.lmax = int(lmax)
@@ -402,7 +393,6 @@ class SpectralSolution(SolutionIO):
         self.sht_library = sht
         self.path = path
         self.stats = stats or {}
-        self.settings = dict(settings or {"lmax": self.lmax, "sht": sht, "path": path})
         self.l, self.m = lm_arrays(self.lmax)
 
     def __len__(self):
@@ -439,34 +429,25 @@ class SpectralSolution(SolutionIO):
     def mass(self, i: int) -> float:
         return SQRT_4PI * float(self.coefficients[i][0].real)
 
-    # ------------------------------------------------------------------ export (SolutionIO)
-    def _xarray_space(self):
-        grid = GaussGrid(*self.grid_shape)
-        vals = np.stack([self.grid_values(i)[1] for i in range(len(self))])
-        coords = {"lat": ("lat", 90.0 - np.degrees(grid.theta),
-                          {"units": "degrees_north", "standard_name": "latitude",
-                           "long_name": "latitude (Gauss-Legendre nodes)"}),
-                  "lon": ("lon", np.degrees(grid.phi),
-                          {"units": "degrees_east", "standard_name": "longitude",
-                           "long_name": "longitude"})}
-        return ("lat", "lon"), coords, vals, "sr-1", "token density against surface area"
-
-    def _xarray_state(self):
-        out = complex_variables("coefficient", self.coefficients, ("time", "lm"),
-                                "real spherical-harmonic coefficient rho_lm (m-major layout)")
-        out["l"] = ("lm", self.l.astype(np.int64), {"long_name": "spherical-harmonic degree"})
-        out["m"] = ("lm", self.m.astype(np.int64), {"long_name": "spherical-harmonic order"})
-        return out
-
-    def _xarray_settings(self):
-        return {**self.settings, "lmax": self.lmax, "sht": self.sht_library, "path": self.path,
-                "nlat": self.grid_shape[0], "nlon": self.grid_shape[1]}
+    def save(self, path) -> str:
+        """Write times, coefficients, diagnostics and the model to ``path`` (.npz), atomically."""
+        return save_npz(path, kind=np.str_("S2"), times=self.times,
+                        coefficients=self.coefficients, lmax=np.int64(self.lmax),
+                        grid_shape=np.array(self.grid_shape), sht=np.str_(self.sht_library),
+                        path=np.str_(self.path),
+                        **{f"diag_{k}": v for k, v in self.diagnostics.items()},
+                        **self.model.to_arrays())
 
     @classmethod
-    def _from_parts(cls, ds, times, model, diagnostics, stats, settings):
-        return cls(times, complex_from(ds, "coefficient"), int(settings["lmax"]), model, None,
-                   diagnostics, (int(settings["nlat"]), int(settings["nlon"])),
-                   str(settings["sht"]), str(settings["path"]), stats, settings)
+    def load(cls, path) -> "SpectralSolution":
+        """Read a solution written by :meth:`save` (initial_measure is not stored: None)."""
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["kind"]) != "S2":
+                raise ValueError(f"{path} holds a {z['kind']} solution; use FourierSolution.load")
+            diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
+            return cls(z["times"], z["coefficients"], int(z["lmax"]), Model.from_arrays(z), None,
+                       diag, tuple(int(v) for v in z["grid_shape"]), str(z["sht"] if "sht" in z.files else z["backend"]),
+                       str(z["path"]))
 
     def __repr__(self) -> str:
         return (f"SpectralSolution(lmax={self.lmax}, {self.times.size} times in "
