@@ -168,64 +168,53 @@ class DensitySolver:
         return self.project(density0)
 
     def run(self, y0, times, progress=None, stop_negative_mass=None):
-        """March :meth:`rhs` from y0 over ``times`` with the shared RK registry, the step capped
-        by :meth:`dt_max`. Returns the list of states and the statistics.
+        """March :meth:`rhs` from y0 across all ``times`` in one run of the shared RK registry,
+        the step capped by :meth:`dt_max` (consulted at every output time). Returns the list
+        of states and the statistics.
 
         With ``stop_negative_mass`` set, the run ends early instead of raising: at the first
         output whose negative mass exceeds it in size (the density is no longer resolved), or
         when the integrator fails; ``stats["stopped"]`` then says why and the states reached so
         far are returned. A bound first exceeded at the last output is reported in
         ``stats["unresolved"]``."""
-        tab = timestepping.get_scheme(self.scheme)
         # the registry works on real arrays: march complex coefficients as their float64 view
         cplx = np.iscomplexobj(y0)
+
+        def as_state(yr):
+            return yr.view(np.complex128) if cplx else yr
 
         def f(t, yr):
             if cplx:
                 return np.ascontiguousarray(self.rhs(t, yr.view(np.complex128))).view(np.float64)
             return self.rhs(t, yr)
 
-        def as_state(yr):
-            return yr.view(np.complex128) if cplx else yr
-
-        out = [y0]
-        y = np.ascontiguousarray(y0).view(np.float64) if cplx else y0
+        out = []
         stats = {"steps": 0, "rejected": 0, "fevals": 0}
-        scale = float(np.max(np.abs(y0)))
-        for i in range(1, len(times)):
-            t0, t1 = float(times[i - 1]), float(times[i])
-            try:
-                dt_cfl = self.dt_max(t0, as_state(y))
-                if tab.adaptive:
-                    ys, st = timestepping.integrate(f, y, [t0, t1], self.scheme, dt=self.dt,
-                                                    rtol=self.rtol, atol=self.atol * scale,
-                                                    dt_max=dt_cfl, progress=progress)
-                else:
-                    dt = self.dt if self.dt is not None else (dt_cfl if dt_cfl is not None
-                                                              else t1 - t0)
-                    ys, st = timestepping.integrate(f, y, [t0, t1], self.scheme, dt=dt,
-                                                    progress=progress)
-                if not np.all(np.isfinite(ys[-1])):
-                    raise FloatingPointError(f"the solution became NaN/inf between t = {t0} and "
-                                             f"t = {t1}; reduce the step (cfl) or refine")
-            except (RuntimeError, FloatingPointError) as exc:
-                if stop_negative_mass is None:
-                    raise
-                stats["stopped"] = f"integration failed between t = {t0:g} and t = {t1:g}: {exc}"
-                break
-            y = ys[-1]
-            for k in ("steps", "rejected", "fevals"):
-                stats[k] += st[k]
-            out.append(as_state(y).copy())
-            if stop_negative_mass is not None:
-                neg = abs(self.diagnostics(out[-1])[2])
-                if neg > stop_negative_mass:
-                    why = (f"negative mass {neg:.2e} > {stop_negative_mass:.0e} at t = {t1:g}: "
-                           "the density is no longer resolved at this resolution")
-                    if i < len(times) - 1:
-                        stats["stopped"] = why
-                        break
-                    stats["unresolved"] = why
+
+        def on_output(i, t, yr):
+            out.append(y0 if i == 0 else as_state(yr).copy())
+            if i == 0 or stop_negative_mass is None:
+                return False
+            neg = abs(self.diagnostics(out[-1])[2])
+            if neg <= stop_negative_mass:
+                return False
+            why = (f"negative mass {neg:.2e} > {stop_negative_mass:.0e} at t = {t:g}: the "
+                   "density is no longer resolved at this resolution")
+            stats["stopped" if i < len(times) - 1 else "unresolved"] = why
+            return True
+
+        y = np.ascontiguousarray(y0).view(np.float64) if cplx else y0
+        try:
+            timestepping.integrate(
+                f, y, times, self.scheme, dt=self.dt, rtol=self.rtol,
+                atol=self.atol * float(np.max(np.abs(y0))),
+                dt_max=lambda t, yr: self.dt_max(t, as_state(yr)), callback=on_output,
+                progress=progress, keep=lambda i: False, stats=stats)
+        except (RuntimeError, FloatingPointError) as exc:
+            if stop_negative_mass is None:
+                raise
+            t0, t1 = times[len(out) - 1], times[min(len(out), len(times) - 1)]
+            stats["stopped"] = f"integration failed between t = {t0:g} and t = {t1:g}: {exc}"
         return out, stats
 
     def solve(self, density0, times, progress=None, stop_negative_mass=None):

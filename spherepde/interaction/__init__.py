@@ -59,9 +59,7 @@ def resolve_kernel(kernel: str, m: int, n: int) -> str:
     """The kernel that ``kernel="auto"`` means for m queries and n keys (else ``kernel``)."""
     if kernel != "auto":
         return kernel
-    if m * n >= AUTO_NUMBA_SIZE and KERNELS.installed("numba"):
-        return "numba"
-    return "numpy"
+    return "numba" if m * n >= AUTO_NUMBA_SIZE else "numpy"
 
 
 def attention(x, keys, values, weights, beta: float, normalized: bool = True,

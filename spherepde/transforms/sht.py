@@ -208,13 +208,10 @@ class ShtnsBackend(SHTBackend):
         R = check_rotation(R)
         a, b, c = euler_zyz(R)
         if self.rotate_with_ducc0:
-            try:
-                import ducc0
+            import ducc0
 
-                return ducc0.sht.rotate_alm(np.ascontiguousarray(alm, dtype=np.complex128),
-                                            self.lmax, c, b, a)
-            except ImportError:
-                pass
+            return ducc0.sht.rotate_alm(np.ascontiguousarray(alm, dtype=np.complex128),
+                                        self.lmax, c, b, a)
         rot = self._shtns.rotation(self.lmax)
         # shtns takes the angles in the opposite order for the same active rotation
         # R = Rz(a) Ry(b) Rz(c) (checked against direct evaluation in the tests).
