@@ -32,7 +32,7 @@ from .model import Model
 from .registry import renamed_keyword
 from .sphere import as_points, retract, tangent_projection
 from .sphere import normalize as unit
-from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, get_scheme, integrate
+from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_scheme, integrate
 from .timestepping import _check_times
 
 __all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS"]
@@ -194,6 +194,18 @@ class ParticleSolver:
                              "fixed step dt")
         self.kernel = kernel
 
+    def _step_hint(self) -> str:
+        """What to change when the adaptive step collapses."""
+        m = self.model
+        if not m.normalized and m.time_scale == 1.0:
+            top = m.beta * float(np.linalg.norm(m.B, 2))
+            return (f"USA moves at speeds up to e^(beta |B|) = e^{top:.3g} (beta = {m.beta:g}), "
+                    "so its time scale is e^-beta: build the model with "
+                    "Model(..., normalized=False, rescale_time=True) to measure time in units "
+                    "of the kernel's maximum, or use normalized=True (SA)")
+        return (f"The tokens blow up or collide faster than rtol = {self.rtol:g} can follow; "
+                "check the model's scale (|V|, beta) or loosen rtol")
+
     # ------------------------------------------------------------------ the field
     def attention(self, x, weights) -> np.ndarray:
         """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d)."""
@@ -284,10 +296,13 @@ class ParticleSolver:
             if callback is not None:
                 callback(i, t, x)
 
-        _, stats = integrate(rhs, cloud.points, times, scheme=self.scheme, dt=self.dt,
-                             rtol=self.rtol, atol=self.atol, retract=retract,
-                             callback=on_output, dt_max=self.dt_max, progress=progress,
-                             keep=lambda i: False)
+        try:
+            _, stats = integrate(rhs, cloud.points, times, scheme=self.scheme, dt=self.dt,
+                                 rtol=self.rtol, atol=self.atol, retract=retract,
+                                 callback=on_output, dt_max=self.dt_max, progress=progress,
+                                 keep=lambda i: False)
+        except StepSizeError as exc:
+            raise StepSizeError(f"{exc}. {self._step_hint()}") from None
         return Trajectory(times[kept], np.stack(stored), select(w), self.model, cloud,
                           token_index=sel, stats=stats, kind="ode")
 
