@@ -11,10 +11,15 @@ the resolution stop, is shared):
   with :func:`check_values` and :func:`check_mass`;
 - ``check_state(y) -> y0``: the same for a state handed over directly (coefficients);
 - ``rhs(t, y) -> dy/dt``;
-- ``dt_max(t, y) -> float | None``: the stability (CFL) cap of the explicit step at state y;
-- ``mass(y)`` and ``diagnostics(y) -> (mass, min, negative_mass, energy)``; the run stops
-  early (``stop_negative_mass``) once |negative_mass| exceeds a bound: the density is no
-  longer resolved;
+- ``dt_max(t, y) -> float | None``: the stability (CFL) cap of the explicit step at state y
+  (:meth:`DensitySolver.max_speed` gives the largest speed);
+- ``operator``: the :class:`spherepde.interaction.operators.VelocityOperator` on its nodes,
+  built once in ``__init__`` (:func:`spherepde.interaction.operators.choose_operator` checks
+  the choice), ``node_weights`` (the nodes' quadrature weights) and ``values(y)`` (the
+  density at the nodes); from these the base computes the diagnostics (mass, min, negative
+  mass, energy). The run stops early (``stop_negative_mass``) once |negative mass| exceeds a
+  bound: the density is no longer resolved;
+- ``mass(y)``;
 - ``solution_arrays() -> dict``: what the solution needs besides times, states and
   diagnostics (e.g. ``lmax``, the grid shape).
 
@@ -139,15 +144,39 @@ class DensitySolver:
         """Largest stable explicit step at state y (None: no cap)."""
         return None
 
-    def mass(self, y) -> float:
+    #: the velocity operator the subclass builds in ``__init__``
+    operator = None
+    #: quadrature weights of the nodes where :meth:`values` lives
+    node_weights = None
+
+    def values(self, y):
+        """The density at the nodes of :attr:`operator` (shape of :attr:`node_weights`)."""
         raise NotImplementedError
 
-    def diagnostics(self, y):
-        """(mass, min density, negative mass, energy) of a state."""
+    def mass(self, y) -> float:
         raise NotImplementedError
 
     def solution_arrays(self) -> dict:
         return {}
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def path(self) -> str:
+        """The name of the velocity operator ("funk_hecke", "direct", ...)."""
+        return self.operator.name if self.operator is not None else ""
+
+    def max_speed(self, y) -> float:
+        """Largest speed |X[rho]| at the nodes."""
+        rho = self.values(y) if self.operator.needs_values else None
+        v = self.operator.velocity(rho, y)
+        return float(np.max(np.linalg.norm(v, axis=-1)))
+
+    def diagnostics(self, y):
+        """(mass, min density, negative mass, energy) of a state, by the nodes' quadrature;
+        the negative mass (<= 0) is the integral of min(rho, 0)."""
+        rho = self.values(y)
+        neg = float(np.sum(self.node_weights * np.minimum(rho, 0.0)))
+        return self.mass(y), float(rho.min()), neg, self.operator.energy(rho, y)
 
     # ------------------------------------------------------------------ hooks
     def prepare(self, y0) -> None:

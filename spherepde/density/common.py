@@ -46,10 +46,9 @@ def hyperviscosity(degree, top, strength, order):
 class SpectralDensitySolver(DensitySolver):
     """A density solver with a truncation degree (lmax on S^2, kmax on S^1).
 
-    A subclass sets :attr:`operator` (a :class:`spherepde.interaction.operators.VelocityOperator`
-    on its dealiased grid), :attr:`node_weights` (the grid's quadrature weights) and
-    :attr:`degrees` (the degree of every coefficient), and provides ``values(y)`` (the grid
-    values of a state), besides what :class:`~spherepde.density.base.DensitySolver` asks for.
+    Besides what :class:`~spherepde.density.base.DensitySolver` asks for (the operator on the
+    dealiased grid, its weights, ``values(y)``), a subclass sets :attr:`degrees`, the degree of
+    every coefficient (for the filter).
 
     Parameters (besides those of the base)
     --------------------------------------
@@ -81,21 +80,6 @@ class SpectralDensitySolver(DensitySolver):
         self.resolution_tol = resolution_tol
         self._nu = 0.0
 
-    @property
-    def path(self) -> str:
-        """The name of the velocity operator ("funk_hecke", "direct", ...)."""
-        return self.operator.name
-
-    def values(self, y):
-        """Grid values of the density with coefficients y."""
-        raise NotImplementedError
-
-    def max_speed(self, y) -> float:
-        """Largest speed |X[rho]| on the dealiased grid."""
-        rho = self.values(y) if self.operator.needs_values else None
-        v = self.operator.velocity(rho, y)
-        return float(np.max(np.linalg.norm(v, axis=-1)))
-
     def dt_max(self, t, y):
         r"""CFL cap ``cfl / ((degree + 1) max|X|)``: the advective eigenvalues of the top degree
         are about (degree + 1/2)|X|, and explicit RK4 and dopri5 are stable to ~2.8 on the
@@ -114,9 +98,3 @@ class SpectralDensitySolver(DensitySolver):
             self._nu = hyperviscosity(self.degrees, self.degree, rate, self.filter_order)
         else:
             self._nu = np.zeros(self.degrees.size)
-
-    def diagnostics(self, y):
-        """mass, min density, negative mass (on the dealiased grid) and energy of a state."""
-        rho = self.values(y)
-        neg = float(np.sum(self.node_weights * np.minimum(rho, 0.0)))
-        return self.mass(y), float(rho.min()), neg, self.operator.energy(rho, y)

@@ -74,6 +74,7 @@ class SpectralSolution(DensitySolution):
         self.grid_shape = grid_shape or (self.lmax + 2, fft_size(2 * self.lmax + 2))
         self.sht_library = sht
         self.l, self.m = lm_arrays(self.lmax)
+        self._sht_cache = None
 
     def density(self, i: int, x) -> np.ndarray:
         """rho at output i, at points x: (..., 3) -> (...)."""
@@ -92,7 +93,10 @@ class SpectralSolution(DensitySolution):
         if nlat < max(cls.min_nlat, self.lmax + 1) or nlon < 2 * self.lmax + 1:
             grid = GaussGrid(nlat, nlon)
             return grid, evaluate_points(self.coefficients[i], self.lmax, grid.points)
-        sht = cls(self.lmax, nlat, nlon)
+        key = (cls.name, nlat, nlon)
+        if self._sht_cache is None or self._sht_cache[0] != key:  # one transform per grid
+            self._sht_cache = (key, cls(self.lmax, nlat, nlon))
+        sht = self._sht_cache[1]
         return sht.grid(), sht.synthesis(self.coefficients[i])
 
     def quadrature(self, i: int):
