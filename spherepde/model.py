@@ -33,12 +33,13 @@ COND_MAX = 1e12
 
 
 class AssumptionError(ValueError):
-    """Raised when the projected limit is asked for but the low-temperature paper's assumptions fail."""
+    """Raised when the projected limit is asked for but its assumptions fail."""
 
 
 @dataclass
 class AssumptionReport:
-    """Structured check of the projected-limit assumptions (assumption 1 of the low-temperature paper).
+    """Structured check of the projected-limit assumptions (assumption 1 of the
+    low-temperature paper).
 
     Attributes
     ----------
@@ -209,11 +210,13 @@ class Model:
     def dominant_subspace(self) -> np.ndarray:
         """Orthonormal basis (d, dim E) of E, the eigenspace of the largest eigenvalue of A.
 
-        Raises AssumptionError, naming the failed assumption, when they do not hold.
+        Raises AssumptionError, naming the failed assumption, when those of
+        :meth:`check_assumptions` do not hold.
         """
         rep = self.check_assumptions()
         if not rep.ok:
-            raise AssumptionError("the projected limit needs B invertible, A = V B^T symmetric and a spectral gap: "
+            raise AssumptionError("the projected limit needs B invertible, A = V B^T symmetric "
+                                  "and a spectral gap: "
                                   + "; ".join(rep.problems))
         w, U = np.linalg.eigh(0.5 * (self.A + self.A.T))
         return U[:, ::-1][:, : rep.dim_E]

@@ -300,8 +300,8 @@ def choose_operator(model, path: str, d: int, available=OPERATOR_NAMES):
         raise ValueError(f"this solver works on S^{d - 1} (d = {d}); the model has d = {model.d}")
     if model.zero_temperature:
         if model.hardmax:
-            raise ValueError("hardmax is defined for discrete measures; the density solvers use the "
-                             "zero-temperature local field (pass hardmax=False)")
+            raise ValueError("hardmax is defined for discrete measures; the density solvers use "
+                             "the zero-temperature local field (pass hardmax=False)")
         if path not in ("auto", "zero_temperature"):
             raise ValueError(f"beta = inf uses the zero-temperature field; path={path!r} does not "
                              "apply")
