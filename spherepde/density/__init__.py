@@ -3,9 +3,11 @@
 (:class:`SpectralSolver`, :mod:`.s2_spectral`) and Fourier modes on S^1
 (:class:`FourierSolver`, :mod:`.s1_fourier`)."""
 from ..transforms.sht import available_backends, get_backend
+from .base import DensitySolution, DensitySolver
 from .common import ResolutionWarning
 from .s1_fourier import FourierSolution, FourierSolver
 from .s2_spectral import SpectralSolution, SpectralSolver
 
-__all__ = ["SpectralSolver", "SpectralSolution", "FourierSolver", "FourierSolution",
-           "ResolutionWarning", "available_backends", "get_backend"]
+__all__ = ["DensitySolver", "DensitySolution", "SpectralSolver", "SpectralSolution",
+           "FourierSolver", "FourierSolution", "ResolutionWarning", "available_backends",
+           "get_backend"]

@@ -1,5 +1,6 @@
 r"""One base for every density solver of
-:math:`\partial_t\rho + \operatorname{div}(\rho X[\rho]) = 0` and one base for their solutions. A new discretisation is one file that subclasses both.
+:math:`\partial_t\rho + \operatorname{div}(\rho X[\rho]) = 0` and one base for their
+solutions. A new discretisation is one file that subclasses both.
 
 What a solver subclass provides (everything else, from the input checks to the time loop and
 the resolution stop, is shared):
