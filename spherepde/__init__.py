@@ -21,6 +21,8 @@ _LAZY = {
     "SpectralSolution": ("density", "SpectralSolution"),
     "FourierSolver": ("density", "FourierSolver"),
     "FourierSolution": ("density", "FourierSolution"),
+    "FiniteVolumeSolver": ("density", "FiniteVolumeSolver"),
+    "FiniteVolumeSolution": ("density", "FiniteVolumeSolution"),
     "ResolutionWarning": ("density", "ResolutionWarning"),
     "w2": ("wasserstein", "w2"),
     "w2_to_limit": ("wasserstein", "w2_to_limit"),
