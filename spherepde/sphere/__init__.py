@@ -28,6 +28,7 @@ __all__ = [
     "is_z_rotation",
     "orthogonal_factor",
     "GaussGrid",
+    "integrate_s2",
     "CircleGrid",
     "hemisphere_quadrature",
     "log_sphere_area",
@@ -165,6 +166,12 @@ class GaussGrid:
 
     def __repr__(self) -> str:
         return f"GaussGrid(nlat={self.nlat}, nlon={self.nlon})"
+
+
+def integrate_s2(f, nlat: int = 256, nlon: int | None = None) -> float:
+    """Integral of a callable f(x), x: (..., 3), over S^2 on a Gauss grid (nlat x nlon)."""
+    grid = GaussGrid(nlat, nlon or 2 * nlat)
+    return float(grid.integrate(np.asarray(f(grid.points), dtype=np.float64)))
 
 
 class CircleGrid:
