@@ -71,7 +71,7 @@ def hwm_mb():
 
 n, d = int(sys.argv[1]), 3
 model = sp.Model(beta=1.0, d=d)
-solver = sp.ParticleSolver(model, method="euler", dt=0.01, backend="numba")
+solver = sp.ParticleSolver(model, scheme="euler", dt=0.01, kernel="numba")
 solver.solve(sp.measures.Uniform(d).sample(256, seed=0), [0.0, 0.01])  # import, compile
 base = hwm_mb()
 x0 = sp.measures.Uniform(d).sample(n, seed=1)

@@ -49,14 +49,14 @@ def funk_hecke_ratio(lmax, repeat, backend):
     f = rng.standard_normal((sht.nlat, sht.nlon))
     pair = best_time(lambda: sht.synthesis(sht.analysis(f)), repeat)
     rows = []
-    solver = SpectralSolver(sp.Model(beta=9.0), lmax=lmax, backend=backend)
+    solver = SpectralSolver(sp.Model(beta=9.0), lmax=lmax, sht=backend)
     fine = cls(lmax, solver.grid.nlat, solver.grid.nlon)
     f2 = rng.standard_normal((fine.nlat, fine.nlon))
     pair_fine = best_time(lambda: fine.synthesis(fine.analysis(f2)), repeat)
     for name, Q in (("B = I", np.eye(3)), ("B = rotation", sp.sphere.random_rotation(3, 0).T)):
         for normalized in (True, False):
             model = sp.Model(Q=Q, beta=9.0, normalized=normalized)
-            solver = SpectralSolver(model, lmax=lmax, backend=backend)
+            solver = SpectralSolver(model, lmax=lmax, sht=backend)
             # solve() marches a rotation-B problem in the frame where B is a z-rotation (a
             # phase per order instead of a Wigner rotation): time the right-hand side it uses
             stepper = solver._inner if solver._inner is not None else solver
@@ -70,13 +70,13 @@ def direct_scaling(lmaxes, repeat, backend):
     rows = []
     model = sp.Model(Q=np.diag([1.0, 1.3, 0.8]), beta=4.0)
     for L in lmaxes:
-        solver = SpectralSolver(model, lmax=L, backend=backend)
+        solver = SpectralSolver(model, lmax=L, sht=backend)
         y = random_state(solver)
         n = solver.grid.nlat * solver.grid.nlon
         t = best_time(lambda: solver.rhs(0.0, y), repeat)
         tc = float("nan")
         if "ducc0" in available_backends():
-            cheb = SpectralSolver(model, lmax=L, backend=backend, path="chebyshev")
+            cheb = SpectralSolver(model, lmax=L, sht=backend, path="chebyshev")
             tc = best_time(lambda: cheb.rhs(0.0, y), repeat)
         rows.append((L, solver.grid.nlat, solver.grid.nlon, n, t, tc))
     return rows

@@ -29,9 +29,10 @@ import numpy as np
 from .io import save_npz
 from .measures import PointCloud
 from .model import Model
+from .registry import renamed_keyword
 from .sphere import as_points, retract, tangent_projection
 from .sphere import normalize as unit
-from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, get_scheme, integrate
+from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_scheme, integrate
 from .timestepping import _check_times
 
 __all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS"]
@@ -141,7 +142,7 @@ class ParticleSolver:
     ----------
     model : Model
         Q, K, V, beta, SA/USA, hardmax; any d >= 2.
-    method : str
+    scheme : str
         A scheme of :data:`spherepde.timestepping.SCHEMES` ("euler", "heun", "ssprk3", "rk4",
         "dopri5", ...). The default is the adaptive Dormand–Prince 5(4) pair.
     dt : float, optional
@@ -151,11 +152,14 @@ class ParticleSolver:
         :data:`spherepde.timestepping.DEFAULT_RTOL` / ``DEFAULT_ATOL``) give about 1e-8
         relative accuracy in the positions: measured 1e-8 or better against the closed-form
         zero-temperature flow in ``tests/test_timestepping.py`` and ``tests/test_particles.py``.
-    backend : str
-        Interaction backend: "auto" (numpy for small problems, the fused numba kernel from
-        N·N >= 2^20), "numpy", "numba", "torch".
+    kernel : str
+        Interaction kernel of :data:`spherepde.interaction.KERNELS`: "auto" (numpy for small
+        problems, the fused numba kernel from N·N >= 2^20), "numpy", "numba", "torch",
+        "harmonic", ...
     dt_max : float, optional
         Upper bound on adaptive steps.
+    method, backend : str, deprecated
+        The old names of ``scheme`` and ``kernel``.
 
     Notes
     -----
@@ -167,30 +171,45 @@ class ParticleSolver:
     measured orders are in ``tests/test_timestepping.py``.
     """
 
-    def __init__(self, model: Model, method: str = "dopri5", dt: float | None = None,
-                 rtol: float | None = None, atol: float | None = None, backend: str = "auto",
-                 dt_max: float | None = None):
+    def __init__(self, model: Model, scheme: str = "dopri5", dt: float | None = None,
+                 rtol: float | None = None, atol: float | None = None, kernel: str = "auto",
+                 dt_max: float | None = None, *, method: str | None = None,
+                 backend: str | None = None):
         if not isinstance(model, Model):
             raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
+        scheme = renamed_keyword("scheme", scheme, "method", method, "dopri5")
+        kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         self.model = model
-        self.scheme = get_scheme(method)
-        self.method = method
+        self.tableau = get_scheme(scheme)
+        self.scheme = scheme
         self.dt = _check_positive(dt, "dt")
         self.dt_max = _check_positive(dt_max, "dt_max")
         self.rtol = DEFAULT_RTOL if rtol is None else _check_positive(rtol, "rtol")
         self.atol = DEFAULT_ATOL if atol is None else _check_positive(atol, "atol")
-        if not self.scheme.adaptive and self.dt is None:
-            raise ValueError(f"method {method!r} has a fixed step: pass dt=..., or use the "
-                             "default method='dopri5' with rtol/atol")
-        if (rtol is not None or atol is not None) and not self.scheme.adaptive:
-            raise ValueError(f"rtol/atol only apply to an adaptive method; {method!r} uses the "
+        if not self.tableau.adaptive and self.dt is None:
+            raise ValueError(f"scheme {scheme!r} has a fixed step: pass dt=..., or use the "
+                             "default scheme='dopri5' with rtol/atol")
+        if (rtol is not None or atol is not None) and not self.tableau.adaptive:
+            raise ValueError(f"rtol/atol only apply to an adaptive scheme; {scheme!r} uses the "
                              "fixed step dt")
-        self.backend = backend
+        self.kernel = kernel
+
+    def _step_hint(self) -> str:
+        """What to change when the adaptive step collapses."""
+        m = self.model
+        if not m.normalized and m.time_scale == 1.0:
+            top = m.beta * float(np.linalg.norm(m.B, 2))
+            return (f"USA moves at speeds up to e^(beta |B|) = e^{top:.3g} (beta = {m.beta:g}), "
+                    "so its time scale is e^-beta: build the model with "
+                    "Model(..., normalized=False, rescale_time=True) to measure time in units "
+                    "of the kernel's maximum, or use normalized=True (SA)")
+        return (f"The tokens blow up or collide faster than rtol = {self.rtol:g} can follow; "
+                "check the model's scale (|V|, beta) or loosen rtol")
 
     # ------------------------------------------------------------------ the field
     def attention(self, x, weights) -> np.ndarray:
         """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d)."""
-        return self.model.attention(x, x, weights, backend=self.backend)
+        return self.model.attention(x, x, weights, kernel=self.kernel)
 
     def velocity(self, x, weights) -> np.ndarray:
         r"""The particle velocities :math:`X[\mu^N](x_i)`, x: (N, d) -> (N, d) tangent."""
@@ -277,10 +296,13 @@ class ParticleSolver:
             if callback is not None:
                 callback(i, t, x)
 
-        _, stats = integrate(rhs, cloud.points, times, scheme=self.method, dt=self.dt,
-                             rtol=self.rtol, atol=self.atol, retract=retract,
-                             callback=on_output, dt_max=self.dt_max, progress=progress,
-                             keep=lambda i: False)
+        try:
+            _, stats = integrate(rhs, cloud.points, times, scheme=self.scheme, dt=self.dt,
+                                 rtol=self.rtol, atol=self.atol, retract=retract,
+                                 callback=on_output, dt_max=self.dt_max, progress=progress,
+                                 keep=lambda i: False)
+        except StepSizeError as exc:
+            raise StepSizeError(f"{exc}. {self._step_hint()}") from None
         return Trajectory(times[kept], np.stack(stored), select(w), self.model, cloud,
                           token_index=sel, stats=stats, kind="ode")
 
@@ -351,7 +373,7 @@ class ParticleSolver:
                           stats={"layers": n_layers}, kind=kind)
 
     def __repr__(self) -> str:
-        step = (f"rtol={self.rtol}, atol={self.atol}" if self.scheme.adaptive
+        step = (f"rtol={self.rtol}, atol={self.atol}" if self.tableau.adaptive
                 else f"dt={self.dt}")
-        return (f"ParticleSolver({self.model!r}, method={self.method!r}, {step}, "
-                f"backend={self.backend!r})")
+        return (f"ParticleSolver({self.model!r}, scheme={self.scheme!r}, {step}, "
+                f"kernel={self.kernel!r})")

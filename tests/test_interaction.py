@@ -39,12 +39,13 @@ def test_backend_matches_reference(backend, d, normalized, beta):
         # over 700 > 600, still the online path)
         keys = keys * (350.0 / beta / np.linalg.norm(keys, axis=1).max())
     if backend == "numba":
-        from spherepde.interaction.fused import _log_weights, _shifts
+        from spherepde.interaction.fused import _shifts
+        from spherepde.interaction.numerics import log_weights
 
-        fixed = ~np.isnan(_shifts(x, np.ascontiguousarray(keys.T), _log_weights(w), beta))
+        fixed = ~np.isnan(_shifts(x, np.ascontiguousarray(keys.T), log_weights(w), beta))
         assert fixed.all() if beta == 3.0 else not fixed.any()
     ref = attention_numpy(x, keys, values, w, beta, normalized)
-    out = interaction.attention(x, keys, values, w, beta, normalized, backend=backend)
+    out = interaction.attention(x, keys, values, w, beta, normalized, kernel=backend)
     # the agreement target, relative to the size of the output
     assert np.abs(out - ref).max() <= 1e-10 * np.abs(ref).max()
 
@@ -53,7 +54,7 @@ def test_backend_matches_reference(backend, d, normalized, beta):
 def test_large_beta_no_overflow_sa(backend):
     x, keys, values, w = random_problem(3, 500, 50, seed=7)
     ref = attention_numpy(x, keys, values, w, 1e6, True)
-    out = interaction.attention(x, keys, values, w, 1e6, True, backend=backend)
+    out = interaction.attention(x, keys, values, w, 1e6, True, kernel=backend)
     assert np.all(np.isfinite(out))
     # at beta = 1e6 each softmax is (nearly) one-hot: same answer to round-off times beta·eps
     assert np.abs(out - ref).max() <= 1e-8 * np.abs(ref).max()
@@ -63,7 +64,7 @@ def test_large_beta_no_overflow_sa(backend):
 def test_usa_overflow_raises(backend):
     x, keys, values, w = random_problem(3, 50, 5, seed=8)
     with pytest.raises(FloatingPointError, match="USA"):
-        interaction.attention(x, keys * 0 + x[0], values, w, 1e4, False, backend=backend)
+        interaction.attention(x, keys * 0 + x[0], values, w, 1e4, False, kernel=backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -71,7 +72,7 @@ def test_zero_weights_are_ignored(backend):
     x, keys, values, w = random_problem(3, 2100, 20, seed=9)
     w[:1500] = 0.0  # a whole tile and a half of dead atoms
     w /= w.sum()
-    out = interaction.attention(x, keys, values, w, 2.0, True, backend=backend)
+    out = interaction.attention(x, keys, values, w, 2.0, True, kernel=backend)
     ref = attention_numpy(x[:, :], keys[1500:], values[1500:], w[1500:], 2.0, True)
     # dropping zero-weight atoms changes nothing beyond round-off
     assert np.abs(out - ref).max() <= 1e-12 * np.abs(ref).max()
@@ -91,5 +92,5 @@ def test_fused_log_partition_matches_logsumexp():
 
 def test_unknown_backend_message():
     x, keys, values, w = random_problem(3, 10, 2, seed=0)
-    with pytest.raises(ValueError, match="unknown or unavailable interaction backend"):
-        interaction.attention(x, keys, values, w, 1.0, True, backend="cuda-magic")
+    with pytest.raises(ValueError, match="unknown or unavailable interaction kernel"):
+        interaction.attention(x, keys, values, w, 1.0, True, kernel="cuda-magic")

@@ -96,7 +96,7 @@ def test_rotation_equivariance():
     R = random_rotation(d, seed=6)
     x0 = uniform(30, d, seed=7)
     times = [0.0, 0.5, 1.0]
-    solver = lambda m: ParticleSolver(m, method="rk4", dt=0.05)
+    solver = lambda m: ParticleSolver(m, scheme="rk4", dt=0.05)
     a = solver(sp.Model(Q, K, V, beta=2.0)).solve(x0, times)
     b = solver(sp.Model(R @ Q @ R.T, R @ K @ R.T, R @ V @ R.T, beta=2.0)).solve(x0 @ R.T, times)
     # RK4 with the projective retraction commutes with rotations exactly; only round-off of
@@ -120,8 +120,8 @@ def test_open_hemisphere_ends_in_one_cluster(normalized):
 def test_numba_and_numpy_backends_give_the_same_trajectory():
     pytest.importorskip("numba")
     x0 = uniform(50, 3, seed=8)
-    run = lambda b: ParticleSolver(sp.Model(beta=3.0, d=3), method="rk4", dt=0.05,
-                                   backend=b).solve(x0, [0.0, 1.0])
+    run = lambda b: ParticleSolver(sp.Model(beta=3.0, d=3), scheme="rk4", dt=0.05,
+                                   kernel=b).solve(x0, [0.0, 1.0])
     # backends agree to ~1e-15 per evaluation; 80 evaluations of a contracting flow
     assert np.abs(run("numba").positions - run("numpy").positions).max() < 1e-12
 
@@ -132,7 +132,7 @@ def test_weights_are_respected():
     x_dup = np.vstack([x0, x0[:1]])
     w_dup = np.array([0.125, 0.1875, 0.1875, 0.25, 0.125, 0.125])
     w = np.array([0.25, 0.1875, 0.1875, 0.25, 0.125])
-    solver = ParticleSolver(sp.Model(beta=2.0, d=3), method="rk4", dt=0.05)
+    solver = ParticleSolver(sp.Model(beta=2.0, d=3), scheme="rk4", dt=0.05)
     a = solver.solve(x0, [0.0, 1.0], weights=w)
     b = solver.solve(x_dup, [0.0, 1.0], weights=w_dup)
     # same measure, same dynamics: round-off only
@@ -179,7 +179,7 @@ def test_pre_ln_reports_directions_and_radii():
 def test_trajectory_thinning_subset_and_io(tmp_path):
     x0 = uniform(12, 3, seed=11)
     times = np.linspace(0.0, 1.0, 11)
-    solver = ParticleSolver(sp.Model(beta=2.0, d=3), method="rk4", dt=0.05)
+    solver = ParticleSolver(sp.Model(beta=2.0, d=3), scheme="rk4", dt=0.05)
     full = solver.solve(x0, times)
     thin = solver.solve(x0, times, every=4, tokens=[0, 3, 5])
     assert thin.times.tolist() == pytest.approx([0.0, 0.4, 0.8, 1.0])
@@ -212,11 +212,11 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="NaN"):
         solver.solve(bad, [0.0, 1.0])
     with pytest.raises(ValueError, match="dt must be a positive"):
-        ParticleSolver(model, method="rk4", dt=-0.1)
+        ParticleSolver(model, scheme="rk4", dt=-0.1)
     with pytest.raises(ValueError, match="dt must be a positive"):
-        ParticleSolver(model, method="rk4", dt=0.0)
+        ParticleSolver(model, scheme="rk4", dt=0.0)
     with pytest.raises(ValueError, match="fixed step"):
-        ParticleSolver(model, method="euler")
+        ParticleSolver(model, scheme="euler")
     with pytest.raises(ValueError, match="strictly increasing"):
         solver.solve(x0, [0.0, 1.0, 0.5])
     with pytest.raises(ValueError, match=r"weights must have shape \(n,\) = \(5,\)"):
@@ -224,7 +224,7 @@ def test_bad_input_errors():
     with pytest.raises(ValueError, match="d = 3"):
         solver.solve(uniform(5, 4, seed=0), [0.0, 1.0])
     with pytest.raises(ValueError, match="unknown time-stepping scheme"):
-        ParticleSolver(model, method="rk45")
+        ParticleSolver(model, scheme="rk45")
     with pytest.raises(ValueError, match="kind must be one of"):
         solver.layers(x0, 3, 0.1, kind="mid-ln")
     with pytest.raises(ValueError, match="h must be a positive"):

@@ -120,7 +120,7 @@ def test_fallback_without_shtns(monkeypatch):
 
     sol = sp.SpectralSolver(sp.Model(beta=1.0), lmax=10).solve(
         sp.measures.VonMisesFisher([0, 0, 1.0], 1.0), [0.0, 0.1])
-    assert sol.backend == "ducc0"
+    assert sol.sht_library == "ducc0"
 
 
 def test_grid_size_errors():

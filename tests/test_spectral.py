@@ -141,7 +141,7 @@ def test_funk_hecke_equals_direct_s2(normalized, kind):
     model = sp.Model(Q=1.3 * O.T, V=V, beta=2.0, normalized=normalized)  # B = 1.3 O
     L = 12
     fh = SpectralSolver(model, lmax=L, path="funk_hecke")
-    dq = SpectralSolver(model, lmax=L, path="direct", interaction_backend="numpy")
+    dq = SpectralSolver(model, lmax=L, path="direct", kernel="numpy")
     assert fh.path == "funk_hecke" and dq.path == "direct"
     # the dealiased Gauss grid integrates degree 2 nlat - 1 = 41 exactly; the kernel's part
     # beyond that is ~ i_28(2.6)/i_0(2.6) ~ 1e-27, so the two paths agree to round-off
@@ -169,7 +169,7 @@ def test_bessel_equals_direct_s1(normalized, kind):
     model = sp.Model(Q=0.8 * O.T, V=V, beta=3.0, d=2, normalized=normalized)
     K = 16
     fh = FourierSolver(model, kmax=K, path="funk_hecke")
-    dq = FourierSolver(model, kmax=K, path="direct", interaction_backend="numpy")
+    dq = FourierSolver(model, kmax=K, path="direct", kernel="numpy")
     rng = np.random.default_rng(0)
     c = (rng.standard_normal(K + 1) + 1j * rng.standard_normal(K + 1)) * 0.01 * np.exp(-0.3 * np.arange(K + 1))
     c[0] = 1 / (2 * np.pi)
@@ -182,8 +182,8 @@ def test_paths_agree_along_a_solve():
     # whole trajectories agree: same fixed RK4 steps, right-hand sides equal to round-off
     R = sp.sphere.random_rotation(3, 11)
     model = sp.Model(Q=R.T, V=np.diag([1.0, 0.5, 0.2]), beta=3.0)
-    kw = dict(lmax=10, scheme="rk4", dt=0.05, resolution_tol=1.0, interaction_backend="numpy",
-              backend="ducc0" if "ducc0" in BACKENDS else "auto")
+    kw = dict(lmax=10, scheme="rk4", dt=0.05, resolution_tol=1.0, kernel="numpy",
+              sht="ducc0" if "ducc0" in BACKENDS else "auto")
     s1 = SpectralSolver(model, path="funk_hecke", **kw).solve(MU0, [0.0, 0.5])
     s2 = SpectralSolver(model, path="direct", **kw).solve(MU0, [0.0, 0.5])
     c1, c2 = s1.coefficients[-1], s2.coefficients[-1]
@@ -318,8 +318,8 @@ def test_solver_backends_agree():
     # the same fixed steps with either library: round-off differences only
     model = sp.Model(Q=sp.sphere.random_rotation(3, 2).T, beta=2.0)
     kw = dict(lmax=24, scheme="rk4", dt=0.05, resolution_tol=1.0)
-    a = SpectralSolver(model, backend="shtns", **kw)
-    b = SpectralSolver(model, backend="ducc0", **kw)
+    a = SpectralSolver(model, sht="shtns", **kw)
+    b = SpectralSolver(model, sht="ducc0", **kw)
     assert (a.grid.nlat, a.grid.nlon) == (b.grid.nlat, b.grid.nlon)
     ca = a.solve(MU0, [0.0, 0.3]).coefficients[-1]
     cb = b.solve(MU0, [0.0, 0.3]).coefficients[-1]
@@ -352,7 +352,7 @@ def test_general_B_uses_direct_path():
     model = sp.Model(Q=np.diag([1.0, 1.5, 0.7]), beta=1.0)
     # ducc0 when installed: no 32-latitude minimum, so the O(n^2) direct path stays small
     backend = "ducc0" if "ducc0" in BACKENDS else "auto"
-    solver = SpectralSolver(model, lmax=8, backend=backend, interaction_backend="numpy",
+    solver = SpectralSolver(model, lmax=8, sht=backend, kernel="numpy",
                             resolution_tol=1e-5)
     assert solver.path == "direct"
     sol = solver.solve(MU0, [0.0, 0.2])
@@ -412,7 +412,7 @@ def test_chebyshev_path_equals_direct(normalized):
     # Bessel tail (~1e-25 here): the two agree to 1e-10 (measured ~1e-14)
     Q = np.array([[1.0, 0.3, 0.0], [0.0, 1.4, 0.2], [0.1, 0.0, 0.8]])
     model = sp.Model(Q=Q, V=np.diag([1.0, 0.5, 0.2]), beta=2.0, normalized=normalized)
-    kw = dict(lmax=12, backend="ducc0", interaction_backend="numpy")
+    kw = dict(lmax=12, sht="ducc0", kernel="numpy")
     ch = SpectralSolver(model, path="chebyshev", **kw)
     dq = SpectralSolver(model, path="direct", **kw)
     a = random_state(ch, 0)

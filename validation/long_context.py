@@ -27,7 +27,7 @@ def output_correlation(n: int, rho: float, beta: float) -> float:
     G = (1 - rho) * np.eye(n) + rho * np.ones((n, n))
     X = np.linalg.cholesky(G)
     model = sp.Model(d=n, beta=beta)
-    out = model.attention(X[:2], X, np.full(n, 1.0 / n), backend="numpy")
+    out = model.attention(X[:2], X, np.full(n, 1.0 / n), kernel="numpy")
     th = out / np.linalg.norm(out, axis=1, keepdims=True)
     return float(th[0] @ th[1])
 

@@ -1,15 +1,11 @@
-"""Spectral density solvers: spherical harmonics on S^2 (:class:`SpectralSolver`) and Fourier
-on S^1 (:class:`FourierSolver`), over a thin SHT backend layer (:mod:`.backends`)."""
+"""Density solvers of the mean-field equation: one solver base and one solution base
+(:mod:`.base`), one file per discretisation: spherical harmonics on S^2
+(:class:`SpectralSolver`, :mod:`.s2_spectral`) and Fourier modes on S^1
+(:class:`FourierSolver`, :mod:`.s1_fourier`)."""
 from ..transforms.sht import available_backends, get_backend
 from .common import ResolutionWarning
+from .s1_fourier import FourierSolution, FourierSolver
 from .s2_spectral import SpectralSolution, SpectralSolver
 
-__all__ = ["SpectralSolver", "SpectralSolution", "ResolutionWarning", "available_backends",
-           "get_backend"]
-
-try:  # the S^1 solver lives in its own module
-    from .s1_fourier import FourierSolution, FourierSolver  # noqa: F401
-
-    __all__ += ["FourierSolver", "FourierSolution"]
-except ImportError:  # pragma: no cover - while fourier.py is being written
-    pass
+__all__ = ["SpectralSolver", "SpectralSolution", "FourierSolver", "FourierSolution",
+           "ResolutionWarning", "available_backends", "get_backend"]

@@ -129,7 +129,7 @@ def warn_resolution(spectrum, lmax, tol, name="lmax"):
     return rel
 
 
-def signed_attention(x, keys, values, weights, beta, normalized, backend="auto"):
+def signed_attention(x, keys, values, weights, beta, normalized, kernel="auto"):
     """Attention output for signed weights (a density that dipped below 0 on the grid).
 
     The shared kernels take log(w), so non-negative weights go straight through. Otherwise the
@@ -139,11 +139,11 @@ def signed_attention(x, keys, values, weights, beta, normalized, backend="auto")
     beta·max<x, By> exceeds float64's range, which only a wildly under-resolved run reaches.
     """
     if np.all(weights >= 0):
-        return interaction.attention(x, keys, values, weights, beta, normalized, backend=backend)
+        return interaction.attention(x, keys, values, weights, beta, normalized, kernel=kernel)
     pos, neg = np.maximum(weights, 0.0), np.maximum(-weights, 0.0)
     aug = np.concatenate([values, np.ones((values.shape[0], 1))], axis=1)
-    acc = interaction.attention(x, keys, aug, pos, beta, False, backend=backend)
-    acc = acc - interaction.attention(x, keys, aug, neg, beta, False, backend=backend)
+    acc = interaction.attention(x, keys, aug, pos, beta, False, kernel=kernel)
+    acc = acc - interaction.attention(x, keys, aug, neg, beta, False, kernel=kernel)
     if normalized:
         return acc[:, :-1] / acc[:, -1:]
     return acc[:, :-1]

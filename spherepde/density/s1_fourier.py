@@ -25,6 +25,7 @@ from ..interaction.funk_hecke import attention_s1, circular_multipliers
 from ..io import save_npz
 from ..measures import PointCloud
 from ..model import Model
+from ..registry import renamed_keyword
 from ..sphere import as_points
 from ..transforms.sht import fft_size
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
@@ -61,8 +62,10 @@ class FourierSolver:
     kmax : int
         Largest wavenumber K.
     path, scheme, dt, rtol, atol, cfl, filter_strength, filter_order, dealias, mass_rtol,
-    resolution_tol, interaction_backend :
+    resolution_tol, kernel :
         As in :class:`spherepde.density.SpectralSolver` (with K for L).
+    interaction_backend : str, deprecated
+        The old name of ``kernel``.
 
     Examples
     --------
@@ -78,7 +81,10 @@ class FourierSolver:
                  dt: float | None = None, rtol: float = 1e-9, atol: float = 1e-11,
                  cfl: float = 1.0, filter_strength: float = 1.0, filter_order: int = 36,
                  dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
-                 resolution_tol: float = RESOLUTION_TOL, interaction_backend: str = "auto"):
+                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto",
+                 interaction_backend: str | None = None):
+        kernel = renamed_keyword("kernel", kernel, "interaction_backend", interaction_backend,
+                                 "auto")
         kmax = check_settings(model, kmax, "kmax", rtol=rtol, atol=atol, cfl=cfl,
                               filter_strength=filter_strength, filter_order=filter_order)
         if dealias < 1.5:
@@ -92,7 +98,7 @@ class FourierSolver:
         self.scheme, self.dt, self.rtol, self.atol, self.cfl = scheme, dt, rtol, atol, float(cfl)
         self.filter_strength, self.filter_order = float(filter_strength), int(filter_order)
         self.mass_rtol, self.resolution_tol = mass_rtol, resolution_tol
-        self.interaction_backend = interaction_backend
+        self.kernel = kernel
         self.n = fft_size(max(int(math.ceil(2 * dealias * (kmax + 1))), 2 * kmax + 4))
         self.theta = 2.0 * np.pi * np.arange(self.n) / self.n
         self.points = np.stack([np.cos(self.theta), np.sin(self.theta)], axis=-1)
@@ -121,7 +127,7 @@ class FourierSolver:
         if rho is None:
             rho = synthesize(ck, self.n)
         att = signed_attention(self.points, self._keys, self._values, self.weights * rho, m.beta,
-                               m.normalized, backend=self.interaction_backend)
+                               m.normalized, kernel=self.kernel)
         return att, None
 
     def angular_velocity(self, ck, rho=None):

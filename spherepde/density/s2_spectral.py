@@ -39,6 +39,7 @@ from ..interaction.reference import LOG_FLOAT_MAX, usa_overflow_error
 from ..io import save_npz
 from ..measures import PointCloud
 from ..model import Model
+from ..registry import renamed_keyword
 from ..sphere import GaussGrid, as_points
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
 from .common import (MASS_RTOL, RESOLUTION_TOL, check_mass, check_settings, check_values,
@@ -87,8 +88,9 @@ class SpectralSolver:
     model : :class:`spherepde.Model` with d = 3
     lmax : int
         Truncation degree L of the density.
-    backend : "auto" | "shtns" | "ducc0"
-        SHT library ("auto": shtns when importable, ducc0 otherwise).
+    sht : "auto" | "shtns" | "ducc0"
+        SHT library of :data:`spherepde.transforms.sht.SHT_LIBRARIES` ("auto": shtns when
+        importable, ducc0 otherwise).
     path : "auto" | "funk_hecke" | "direct" | "chebyshev"
         Velocity path; "auto" takes Funk–Hecke when B = c·orthogonal, direct quadrature
         otherwise (O(n^2) in the grid size n), and the zero-temperature field when beta = inf.
@@ -119,8 +121,10 @@ class SpectralSolver:
     mass_rtol, resolution_tol : float
         Checks of the initial density: its integral must be 1 within ``mass_rtol``; the part
         beyond degree L (relative L2 norm) above ``resolution_tol`` gives a ResolutionWarning.
-    interaction_backend : str
-        Backend of :func:`spherepde.interaction.attention` for the direct path.
+    kernel : str
+        Interaction kernel of :func:`spherepde.interaction.attention` for the direct path.
+    backend, interaction_backend : str, deprecated
+        The old names of ``sht`` and ``kernel``.
 
     Examples
     --------
@@ -132,33 +136,37 @@ class SpectralSolver:
     True
     """
 
-    def __init__(self, model, lmax: int, *, backend: str = "auto", path: str = "auto",
+    def __init__(self, model, lmax: int, *, sht: str = "auto", path: str = "auto",
                  scheme: str = "dopri5", dt: float | None = None, rtol: float = 1e-9,
                  atol: float = 1e-11, cfl: float = 1.0, filter_strength: float = 1.0,
                  filter_order: int = 36, dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
-                 resolution_tol: float = RESOLUTION_TOL, interaction_backend: str = "auto"):
+                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto",
+                 backend: str | None = None, interaction_backend: str | None = None):
+        sht = renamed_keyword("sht", sht, "backend", backend, "auto")
+        kernel = renamed_keyword("kernel", kernel, "interaction_backend", interaction_backend,
+                                 "auto")
         lmax = check_settings(model, lmax, "lmax", rtol=rtol, atol=atol, cfl=cfl,
                               filter_strength=filter_strength, filter_order=filter_order)
         self.model = model
         self._frame = self._inner = None
         self.path, fac = choose_path(model, path, 3)
         self.lmax = lmax
-        self.backend_cls = get_backend(backend)
-        self.backend = self.backend_cls.name
+        self.sht_class = get_backend(sht)
+        self.sht_library = self.sht_class.name
         self.scheme, self.dt, self.rtol, self.atol, self.cfl = scheme, dt, rtol, atol, float(cfl)
         from ..timestepping import get_scheme
 
         get_scheme(scheme)
         self.filter_strength, self.filter_order = float(filter_strength), int(filter_order)
         self.mass_rtol, self.resolution_tol = mass_rtol, resolution_tol
-        self.interaction_backend = interaction_backend
+        self.kernel = kernel
         if dealias < 1.5:
             raise ValueError(f"dealias must be >= 1.5 (the 3/2 rule) for an exact flux projection; "
                              f"got {dealias}")
         # Gauss with nlat nodes is exact to degree 2 nlat - 1 >= 3L + 2 (flux x test function)
-        nlat = max(int(math.ceil(dealias * (lmax + 1))), self.backend_cls.min_nlat)
+        nlat = max(int(math.ceil(dealias * (lmax + 1))), self.sht_class.min_nlat)
         nlon = fft_size(max(int(math.ceil(2 * dealias * (lmax + 1))), 2 * lmax + 2))
-        self.sht = self.backend_cls(lmax, nlat, nlon)
+        self.sht = self.sht_class(lmax, nlat, nlon)
         self.grid = GaussGrid(nlat, nlon)
         self.l, self.m = self.sht.l, self.sht.m
         pts = self.grid.points
@@ -193,10 +201,10 @@ class SpectralSolver:
                 conj = Model(K=P.T @ model.B @ P, V=P.T @ model.V @ P, beta=model.beta,
                              normalized=model.normalized)
                 self._inner = SpectralSolver(
-                    conj, lmax, backend=self.backend, path="funk_hecke", scheme=scheme, dt=dt,
+                    conj, lmax, sht=self.sht_library, path="funk_hecke", scheme=scheme, dt=dt,
                     rtol=rtol, atol=atol, cfl=cfl, filter_strength=filter_strength,
                     filter_order=filter_order, dealias=dealias, mass_rtol=mass_rtol,
-                    resolution_tol=resolution_tol, interaction_backend=interaction_backend)
+                    resolution_tol=resolution_tol, kernel=kernel)
                 self._frame = P
         elif self.path == "direct":
             self._keys = self._points_flat @ model.B.T
@@ -228,7 +236,7 @@ class SpectralSolver:
             rho_grid = self.sht.synthesis(rho_lm)
         w = self._weights_flat * rho_grid.reshape(-1)
         att = signed_attention(self._points_flat, self._keys, self._values, w, m.beta,
-                               m.normalized, backend=self.interaction_backend)
+                               m.normalized, kernel=self.kernel)
         return att.reshape(self.grid.points.shape), None
 
     def velocity(self, rho_lm, rho_grid=None):
@@ -268,7 +276,7 @@ class SpectralSolver:
         integrating to 1, resolved at lmax)."""
         f = density_callable(density0, 3)
         L2 = max(2 * self.lmax, self.lmax + 16)
-        big = self.backend_cls(L2, max(L2 + 2, self.backend_cls.min_nlat), fft_size(2 * L2 + 4))
+        big = self.sht_class(L2, max(L2 + 2, self.sht_class.min_nlat), fft_size(2 * L2 + 4))
         g = GaussGrid(big.nlat, big.nlon)
         vals = check_values(np.asarray(f(g.points), dtype=np.float64))
         if vals.shape != g.points.shape[:-1]:
@@ -337,7 +345,7 @@ class SpectralSolver:
                                 initial_measure(density0, 3),
                                 dict(mass=diag[:, 0], min=diag[:, 1], negative_mass=diag[:, 2],
                                      energy=diag[:, 3]),
-                                grid_shape=(self.grid.nlat, self.grid.nlon), backend=self.backend,
+                                grid_shape=(self.grid.nlat, self.grid.nlon), sht=self.sht_library,
                                 path=self.path, stats=stats)
 
 
@@ -374,7 +382,7 @@ class SpectralSolution:
     """
 
     def __init__(self, times, coefficients, lmax, model, initial_measure, diagnostics,
-                 grid_shape=None, backend="auto", path="", stats=None):
+                 grid_shape=None, sht="auto", path="", stats=None):
         self.times = np.asarray(times, dtype=np.float64)
         self.coefficients = np.asarray(coefficients)
         self.lmax = int(lmax)
@@ -382,7 +390,7 @@ class SpectralSolution:
         self.initial_measure = initial_measure
         self.diagnostics = diagnostics
         self.grid_shape = grid_shape or (self.lmax + 2, fft_size(2 * self.lmax + 2))
-        self.backend = backend
+        self.sht_library = sht
         self.path = path
         self.stats = stats or {}
         self.l, self.m = lm_arrays(self.lmax)
@@ -402,7 +410,7 @@ class SpectralSolution:
         nlon = nlon or self.grid_shape[1]
         grid = GaussGrid(nlat, nlon)
         try:
-            cls = get_backend(self.backend)
+            cls = get_backend(self.sht_library)
         except (ImportError, ValueError):  # saved elsewhere with another SHT library
             cls = get_backend("auto")
         if nlat < max(cls.min_nlat, self.lmax + 1) or nlon < 2 * self.lmax + 1:
@@ -425,7 +433,7 @@ class SpectralSolution:
         """Write times, coefficients, diagnostics and the model to ``path`` (.npz), atomically."""
         return save_npz(path, kind=np.str_("S2"), times=self.times,
                         coefficients=self.coefficients, lmax=np.int64(self.lmax),
-                        grid_shape=np.array(self.grid_shape), backend=np.str_(self.backend),
+                        grid_shape=np.array(self.grid_shape), sht=np.str_(self.sht_library),
                         path=np.str_(self.path),
                         **{f"diag_{k}": v for k, v in self.diagnostics.items()},
                         **self.model.to_arrays())
@@ -438,7 +446,7 @@ class SpectralSolution:
                 raise ValueError(f"{path} holds a {z['kind']} solution; use FourierSolution.load")
             diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
             return cls(z["times"], z["coefficients"], int(z["lmax"]), Model.from_arrays(z), None,
-                       diag, tuple(int(v) for v in z["grid_shape"]), str(z["backend"]),
+                       diag, tuple(int(v) for v in z["grid_shape"]), str(z["sht"] if "sht" in z.files else z["backend"]),
                        str(z["path"]))
 
     def __repr__(self) -> str:

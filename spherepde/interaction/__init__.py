@@ -1,65 +1,92 @@
-"""The velocity field X[mu] of SPEC §2, one module per way of computing it.
+r"""The velocity field X[mu]: interaction kernels, velocity operators and the energy.
 
-``attention(x, keys, values, weights, beta, normalized, backend)`` returns the attention
-output before the tangent projection; :func:`velocity` applies P_x. Backends are registered
-in ``BACKENDS``; all agree with the numpy reference to round-off.
+Two layers (docs/theory.md states the equations):
+
+- *kernels* compute the attention output of a discrete measure, the sum over atoms
+  :math:`\sum_j \mathrm{softmax}_j(\beta\langle x, k_j\rangle + \log w_j)\, v_j` (SA) or its
+  unnormalized version (USA), for queries x: (m, d), keys (n, d), values (n, dv), weights (n,).
+  They live in the registry :data:`KERNELS` (numpy reference, fused numba, torch, and the
+  moment-based harmonic field) and are chosen with ``kernel=`` everywhere; every kernel
+  agrees with the numpy reference to round-off.
+- *operators* (:mod:`spherepde.interaction.operators`) compute the field of a density given
+  by its grid values or coefficients: Funk–Hecke (B = c·O), direct quadrature through a
+  kernel, Chebyshev–Funk–Hecke (general B on S^2) and the zero-temperature field. A density
+  solver picks one at construction.
+
+:func:`attention` returns the output before the tangent projection;
+:meth:`spherepde.Model.velocity` applies P_x.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..registry import Registry, renamed_keyword
 from .reference import attention_numpy
 from .zero_temperature import hardmax_attention, zero_temperature_attention
 
-__all__ = ["BACKENDS", "register_backend", "available_backends", "attention",
-           "zero_temperature_attention", "hardmax_attention"]
+__all__ = ["KERNELS", "register_kernel", "available_kernels", "attention",
+           "zero_temperature_attention", "hardmax_attention", "AUTO_NUMBA_SIZE"]
 
-#: name -> callable(x, keys, values, weights, beta, normalized) -> (m, d)
-BACKENDS: dict = {"numpy": attention_numpy}
+#: Interaction kernels: name -> callable(x, keys, values, weights, beta, normalized) -> (m, dv).
+KERNELS = Registry("interaction kernel")
+KERNELS.register("numpy", attention_numpy)
+# heavy or optional libraries: each module registers its kernel when first imported
+KERNELS.register_module("numba", f"{__name__}.fused")
+KERNELS.register_module("torch", f"{__name__}.torch_backend")
+KERNELS.register_module("harmonic", f"{__name__}.harmonic")
 
-
-def register_backend(name: str, fn) -> None:
-    BACKENDS[name] = fn
-
-
-def available_backends() -> list[str]:
-    _load_optional()
-    return sorted(BACKENDS)
-
-
-#: optional backend name -> module that registers it on import
-_OPTIONAL = {"numba": "fused", "torch": "torch_backend"}
+#: ``kernel="auto"`` takes numba from m·n >= this many query-key pairs (numpy below: no
+#: compilation and no thread start-up for small problems).
+AUTO_NUMBA_SIZE = 1 << 20
 
 
-def _load_optional(name: str | None = None) -> None:
-    """Import optional backends on first use (numba compiles, torch is heavy): only the
-    module of backend ``name`` when given, so that asking for numba never imports torch."""
-    mods = _OPTIONAL.values() if name is None else [_OPTIONAL[name]] if name in _OPTIONAL else []
-    for mod in mods:
-        try:
-            __import__(f"{__name__}.{mod}")
-        except ImportError:
-            pass
+def register_kernel(name: str, fn) -> None:
+    """Add an interaction kernel fn(x, keys, values, weights, beta, normalized) -> (m, dv)."""
+    KERNELS.register(name, fn)
+
+
+def available_kernels() -> list[str]:
+    """The interaction kernels installed here."""
+    return KERNELS.available()
+
+
+# the names of the previous release
+register_backend = register_kernel
+available_backends = available_kernels
+
+
+def resolve_kernel(kernel: str, m: int, n: int) -> str:
+    """The kernel that ``kernel="auto"`` means for m queries and n keys (else ``kernel``)."""
+    if kernel != "auto":
+        return kernel
+    if m * n >= AUTO_NUMBA_SIZE and KERNELS.installed("numba"):
+        return "numba"
+    return "numpy"
 
 
 def attention(x, keys, values, weights, beta: float, normalized: bool = True,
-              backend: str = "auto") -> np.ndarray:
-    """Attention output sum_j softmax_j(beta <x, k_j> + log w_j) v_j (SA) or its
-    unnormalized version (USA), for queries x: (m, d), keys/values: (n, d), weights: (n,).
+              kernel: str = "auto", *, backend: str | None = None) -> np.ndarray:
+    r"""Attention output before the tangent projection.
 
-    ``backend="auto"`` takes the fused numba kernel for large problems when it is available.
+    .. math::
+        \mathrm{SA:}\ \frac{\sum_j w_j e^{\beta\langle x_i, k_j\rangle} v_j}
+                           {\sum_j w_j e^{\beta\langle x_i, k_j\rangle}}, \qquad
+        \mathrm{USA:}\ \sum_j w_j e^{\beta\langle x_i, k_j\rangle} v_j .
+
+    Parameters
+    ----------
+    x : (m, d) queries
+    keys : (n, d), values : (n, dv), weights : (n,) non-negative
+    beta : float, finite
+    normalized : SA (True) or USA (False)
+    kernel : name in :data:`KERNELS`, or "auto" (the fused numba kernel from
+        m·n >= :data:`AUTO_NUMBA_SIZE`, numpy below)
+    backend : the old name of ``kernel`` (deprecated)
+
+    Returns
+    -------
+    (m, dv) array
     """
-    if backend == "auto":
-        backend = "numpy"
-        if x.shape[0] * keys.shape[0] >= 1 << 20:
-            _load_optional("numba")
-            if "numba" in BACKENDS:
-                backend = "numba"
-    if backend not in BACKENDS:
-        _load_optional(backend)
-    try:
-        fn = BACKENDS[backend]
-    except KeyError:
-        raise ValueError(f"unknown or unavailable interaction backend {backend!r}; "
-                         f"available: {sorted(BACKENDS)}") from None
-    return fn(x, keys, values, weights, beta, normalized)
+    kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
+    name = resolve_kernel(kernel, x.shape[0], keys.shape[0])
+    return KERNELS.get(name)(x, keys, values, weights, beta, normalized)

@@ -34,8 +34,8 @@ from numba import njit, prange
 from numba.core import types
 from numba.extending import intrinsic
 
-from . import register_backend
-from .reference import LOG_FLOAT_MAX, usa_overflow_error
+from . import register_kernel
+from .numerics import check_usa_overflow, log_weights
 
 __all__ = ["attention_numba", "log_partition_numba", "TILE"]
 
@@ -254,12 +254,6 @@ def _log_partition_kernel(x, keysT, logw, beta, shifts, out):
             out[i] = mi + np.log(si) if si > 0 else -np.inf
 
 
-def _log_weights(weights):
-    w = np.ascontiguousarray(weights, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        return np.where(w > 0, np.log(np.where(w > 0, w, 1.0)), -np.inf)
-
-
 def _shifts(x, keysT, logw, beta):
     """Per-query fixed softmax shift U_i = beta |x_i| max_j |k_j| + max_j log w_j (an upper
     bound of the logits), or NaN where the logits may spread over more than
@@ -285,14 +279,12 @@ def attention_numba(x, keys, values, weights, beta: float, normalized: bool) -> 
     valuesT = np.ascontiguousarray(np.asarray(values, dtype=np.float64).T)
     out = np.empty((x.shape[0], valuesT.shape[0]))
     log_z = np.empty(x.shape[0])
-    logw = _log_weights(weights)
+    logw = log_weights(weights)
     _attention_kernel(x, keysT, valuesT, logw, float(beta), bool(normalized),
                       _shifts(x, keysT, logw, float(beta)), out, log_z)
     if not normalized and x.shape[0]:
         # the reference tests the largest logit; the log-partition exceeds it by <= log N
-        top = float(log_z.max())
-        if top > LOG_FLOAT_MAX:
-            raise usa_overflow_error(top, beta)
+        check_usa_overflow(float(log_z.max()), beta)
     return out
 
 
@@ -302,9 +294,9 @@ def log_partition_numba(x, keys, weights, beta: float) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float64)
     keysT = np.ascontiguousarray(np.asarray(keys, dtype=np.float64).T)
     out = np.empty(x.shape[0])
-    logw = _log_weights(weights)
+    logw = log_weights(weights)
     _log_partition_kernel(x, keysT, logw, float(beta), _shifts(x, keysT, logw, float(beta)), out)
     return out
 
 
-register_backend("numba", attention_numba)
+register_kernel("numba", attention_numba)

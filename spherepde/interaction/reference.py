@@ -15,15 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: log of the largest finite float64, minus a margin for the sum over tokens.
-LOG_FLOAT_MAX = 700.0
-
-
-def usa_overflow_error(log_scale: float, beta: float) -> FloatingPointError:
-    return FloatingPointError(
-        f"the unnormalized (USA) velocity is of size e^{log_scale:.1f}, beyond float64, at "
-        f"beta = {beta:g}; USA moves on the time scale e^(-beta): use normalized=True (SA), "
-        "or a smaller beta")
+from .numerics import LOG_FLOAT_MAX, check_usa_overflow, log_weights, usa_overflow_error  # noqa: F401
 
 
 def attention_numpy(x, keys, values, weights, beta: float, normalized: bool,
@@ -48,8 +40,7 @@ def attention_numpy(x, keys, values, weights, beta: float, normalized: bool,
     """
     m = x.shape[0]
     out = np.empty((m, values.shape[1]), dtype=np.result_type(x, values))
-    logw = np.log(np.where(weights > 0, weights, 1.0))
-    logw = np.where(weights > 0, logw, -np.inf)
+    logw = log_weights(weights)
     for s in range(0, m, chunk):
         logits = beta * (x[s:s + chunk] @ keys.T) + logw  # (c, n)
         mx = np.max(logits, axis=1, keepdims=True)
@@ -58,8 +49,6 @@ def attention_numpy(x, keys, values, weights, beta: float, normalized: bool,
         if normalized:
             out[s:s + chunk] = num / e.sum(axis=1, keepdims=True)
         else:
-            top = float(mx.max())
-            if top > LOG_FLOAT_MAX:
-                raise usa_overflow_error(top, beta)
+            check_usa_overflow(float(mx.max()), beta)
             out[s:s + chunk] = num * np.exp(mx)
     return out

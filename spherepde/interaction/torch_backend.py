@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import register_backend
-from .reference import LOG_FLOAT_MAX, usa_overflow_error
+from . import register_kernel
+from .numerics import check_usa_overflow, log_weights
 
 __all__ = ["attention_torch", "attention_tensors", "default_device", "MAX_BLOCK_ELEMENTS"]
 
@@ -59,18 +59,14 @@ def attention_torch(x, keys, values, weights, beta: float, normalized: bool, dev
     """Registered backend: numpy in, numpy out, computed by torch on ``device``
     (default :func:`default_device`) in ``dtype`` (default float64)."""
     device = default_device() if device is None else torch.device(device)
-    w = np.asarray(weights, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        logw = np.where(w > 0, np.log(np.where(w > 0, w, 1.0)), -np.inf)
+    logw = log_weights(weights)
     t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
     with torch.no_grad():
         out, row_max = attention_tensors(t(x), t(keys), t(values), t(logw), float(beta),
                                          bool(normalized))
     if not normalized and row_max.numel():
-        top = float(row_max.max())
-        if top > LOG_FLOAT_MAX:
-            raise usa_overflow_error(top, beta)
+        check_usa_overflow(float(row_max.max()), beta)
     return out.cpu().numpy().astype(np.float64, copy=False)
 
 
-register_backend("torch", attention_torch)
+register_kernel("torch", attention_torch)

@@ -24,7 +24,10 @@ import math
 
 import numpy as np
 
-__all__ = ["SHTBackend", "ShtnsBackend", "Ducc0Backend", "available_backends", "get_backend",
+from ..registry import Registry
+
+__all__ = ["SHTBackend", "ShtnsBackend", "Ducc0Backend", "SHT_LIBRARIES", "available_backends",
+           "get_backend",
            "lm_arrays", "euler_zyz", "fft_size", "evaluate_points"]
 
 
@@ -285,33 +288,26 @@ class Ducc0Backend(SHTBackend):
                                     c, b, a)
 
 
-_BACKENDS = {"shtns": ShtnsBackend, "ducc0": Ducc0Backend}
+#: The SHT libraries, preferred first ("auto" takes the first installed one).
+SHT_LIBRARIES = Registry("SHT library")
+SHT_LIBRARIES.register("shtns", ShtnsBackend, requires=_import_shtns)
+SHT_LIBRARIES.register("ducc0", Ducc0Backend, requires="ducc0")
 
 
 def available_backends() -> list[str]:
     """Names of the SHT libraries that import here, preferred first."""
-    out = []
-    for name, importer in (("shtns", _import_shtns), ("ducc0", lambda: __import__("ducc0"))):
-        try:
-            importer()
-        except ImportError:
-            continue
-        out.append(name)
-    return out
+    return SHT_LIBRARIES.available()
 
 
 def get_backend(name: str = "auto"):
-    """The backend class for ``name`` ("auto": shtns when importable, ducc0 otherwise)."""
-    avail = available_backends()
+    """The transform class for the SHT library ``name`` ("auto": shtns when importable, ducc0
+    otherwise)."""
     if name == "auto":
+        avail = available_backends()
         if not avail:
             raise ImportError("the spectral solver needs shtns or ducc0: pip install ducc0")
-        return _BACKENDS[avail[0]]
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown SHT backend {name!r}; choose from {sorted(_BACKENDS)}")
-    if name not in avail:
-        raise ImportError(f"the SHT backend {name!r} is not installed; available: {avail}")
-    return _BACKENDS[name]
+        return SHT_LIBRARIES.get(avail[0])
+    return SHT_LIBRARIES.get(name)
 
 
 def evaluate_points(alm: np.ndarray, lmax: int, x: np.ndarray) -> np.ndarray:

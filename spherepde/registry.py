@@ -1,0 +1,145 @@
+"""Named implementations chosen once, at construction: one registry design for every kind.
+
+The interaction kernels (:data:`spherepde.interaction.KERNELS`: numpy, numba, torch, harmonic)
+and the spherical-harmonic transform libraries (:data:`spherepde.transforms.sht.SHT_LIBRARIES`:
+shtns, ducc0) are both a :class:`Registry`. An entry is registered
+
+- eagerly, with its object (``registry.register("numpy", attention_numpy)``), optionally with a
+  ``requires`` check that raises ImportError while the library behind it is missing; or
+- lazily, by the module that defines it (``registry.register_module("numba",
+  "spherepde.interaction.fused")``): the module is imported on first use and registers the
+  entry itself, so that a heavy library (numba compiles, torch is slow to import) costs
+  nothing until it is asked for.
+
+:func:`renamed_keyword` keeps an old keyword name working for one release, with a
+DeprecationWarning.
+
+>>> from spherepde.registry import Registry
+>>> r = Registry("greeting")
+>>> r.register("hello", lambda: "hi")
+>>> r.get("hello")()
+'hi'
+>>> r.available()
+['hello']
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any, Callable
+
+__all__ = ["Registry", "renamed_keyword"]
+
+
+class Registry:
+    """Named implementations of one kind (e.g. "interaction kernel").
+
+    Parameters
+    ----------
+    kind : str
+        What the entries are, for error messages ("interaction kernel", "SHT library").
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._objects: dict[str, Any] = {}
+        self._requires: dict[str, Callable[[], Any]] = {}
+        self._modules: dict[str, str] = {}
+        self._order: list[str] = []
+
+    def _remember(self, name: str) -> None:
+        if name not in self._order:
+            self._order.append(name)
+
+    def register(self, name: str, obj: Any = None, *, requires: Callable[[], Any] | str | None = None):
+        """Register ``obj`` under ``name``; without ``obj``, return a decorator that does.
+
+        ``requires``: a module name, or a callable raising ImportError, checked at every
+        :meth:`get` and :meth:`available` (so that a library made unimportable later, as in a
+        test, is reported as missing).
+        """
+        if obj is None:
+            def deco(o):
+                self.register(name, o, requires=requires)
+                return o
+            return deco
+        self._objects[name] = obj
+        if requires is not None:
+            self._requires[name] = ((lambda m=requires: importlib.import_module(m))
+                                    if isinstance(requires, str) else requires)
+        self._remember(name)
+        return None
+
+    def register_module(self, name: str, module: str) -> None:
+        """Declare that importing ``module`` registers ``name`` (loaded on first use)."""
+        self._modules[name] = module
+        self._remember(name)
+
+    def names(self) -> list[str]:
+        """Every declared name, installed or not, in registration order."""
+        return list(self._order)
+
+    def _load(self, name: str) -> Any:
+        """The object of ``name``; ImportError when its library is missing, KeyError when the
+        name was never declared."""
+        if name not in self._objects:
+            module = self._modules.get(name)
+            if module is None:
+                raise KeyError(name)
+            importlib.import_module(module)
+            if name not in self._objects:
+                raise ImportError(f"{module} did not register the {self.kind} {name!r}")
+        check = self._requires.get(name)
+        if check is not None:
+            check()
+        return self._objects[name]
+
+    def get(self, name: str) -> Any:
+        """The implementation registered as ``name``.
+
+        Raises ValueError for an unknown name and ImportError when its library is missing,
+        each listing what is available.
+        """
+        try:
+            return self._load(name)
+        except KeyError:
+            raise ValueError(f"unknown or unavailable {self.kind} {name!r}; choose from {self.names()} "
+                             f"(installed here: {self.available()})") from None
+        except ImportError as exc:
+            raise ImportError(f"the {self.kind} {name!r} is not installed ({exc}); available: "
+                              f"{self.available()}") from None
+
+    def installed(self, name: str) -> bool:
+        """Whether ``name`` is declared and its implementation loads here."""
+        try:
+            self._load(name)
+        except (KeyError, ImportError):
+            return False
+        return True
+
+    def available(self) -> list[str]:
+        """The names whose implementation loads here, in registration order."""
+        return [name for name in self._order if self.installed(name)]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._order
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.names()})"
+
+
+def renamed_keyword(new_name: str, new_value, old_name: str, old_value, default=None, *,
+                    stacklevel: int = 3):
+    """The value of a keyword renamed from ``old_name`` to ``new_name``.
+
+    ``new_value`` is what the caller passed under the new name (``default`` when not passed),
+    ``old_value`` what it passed under the old one (None when not passed). The old name still
+    works, with a DeprecationWarning; passing both is an error.
+    """
+    if old_value is None:
+        return new_value
+    if new_value is not default and new_value != default:
+        raise TypeError(f"pass {new_name}= only; {old_name}= is its old name")
+    warnings.warn(f"the keyword {old_name}= is renamed {new_name}=; the old name will be removed "
+                  "in the next release", DeprecationWarning, stacklevel=stacklevel)
+    return old_value
