@@ -174,6 +174,8 @@ class Model:
             self.time_scale = math.exp(-log_kmax)
             self.V = self.V * self.time_scale
         self.A = self.V @ self.B.T
+        #: |B|_2: beta·|B|_2 bounds the logits beta <x, By> on the sphere
+        self.B_norm = float(np.linalg.norm(self.B, 2))
 
     # ------------------------------------------------------------------ structure
     @property
@@ -280,10 +282,17 @@ class Model:
         """Attention output before the tangent projection, x: (m, d) -> (m, d).
 
         ``kernel``: an interaction kernel of :data:`spherepde.interaction.KERNELS` or "auto"
-        (``backend`` is its deprecated old name)."""
+        (``backend`` is its deprecated old name). "auto" also weighs the harmonic kernel on
+        S^1 and S^2 (:func:`spherepde.interaction.resolve_kernel`)."""
         kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         if self.zero_temperature and not self.hardmax:
             return interaction.zero_temperature_attention(x, self.A, self.B)
+        if not self.zero_temperature:
+            kernel = interaction.resolve_kernel(kernel, x.shape[0], points.shape[0],
+                                                kappa=self.beta * self.B_norm, d=self.d)
+            of_model = getattr(interaction.KERNELS.get(kernel), "of_model", None)
+            if of_model is not None:  # a kernel that works from B, V and the atoms (harmonic)
+                return of_model(self)(x, points, weights)
         keys = points @ self.B.T
         values = points @ self.V.T
         if self.zero_temperature:
