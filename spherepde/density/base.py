@@ -38,7 +38,6 @@ import math
 import numpy as np
 
 from .. import timestepping
-from ..io import save_npz
 from ..measures import Measure, PointCloud, as_measure, grid_point_cloud
 from ..model import Model
 
@@ -261,10 +260,26 @@ class DensitySolver:
         states, stats = self.march(y0, times, progress, stop_negative_mass)
         times = times[: len(states)]
         diag = np.array([self.diagnostics(y) for y in states])
-        return self.solution_class(
+        sol = self.solution_class(
             times, np.array(states), self.model, initial_measure(density0, self.d),
             dict(mass=diag[:, 0], min=diag[:, 1], negative_mass=diag[:, 2], energy=diag[:, 3]),
             path=self.path, stats=stats, **self.solution_arrays())
+        sol.settings = self.settings()
+        return sol
+
+    def settings(self) -> dict:
+        """The solver settings a solution records (numbers and names; unset ones left out):
+        the time stepping of this base plus the numeric and text attributes a subclass lists in
+        :attr:`setting_names`."""
+        out = {"solver": type(self).__name__, "scheme": self.scheme, "dt": self.dt,
+               "rtol": self.rtol, "atol": self.atol, "cfl": self.cfl, "path": self.path}
+        for name in self.setting_names:
+            out[name] = getattr(self, name, None)
+        return {k: v for k, v in out.items() if isinstance(v, (str, int, float, np.number))}
+
+    #: further attributes recorded by :meth:`settings` (e.g. the truncation and the filter)
+    setting_names = ("degree", "filter_strength", "filter_order", "dealias", "kernel",
+                     "sht_library")
 
 
 def initial_measure(density0, d):
@@ -276,6 +291,25 @@ def initial_measure(density0, d):
         return as_measure(density0, d) if d == 3 or isinstance(density0, Measure) else density0
     except (ValueError, TypeError):
         return density0
+
+
+#: Long names and units of the per-time diagnostics every density solution carries.
+_DIAGNOSTICS = {"mass": ("integral of the density (conserved)", "1"),
+                "min": ("smallest value of the density on the solver grid", None),
+                "negative_mass": ("integral of min(density, 0): mass lost to truncation", "1"),
+                "energy": ("interaction energy (1/2beta) int int exp(beta <x, By>) rho rho", "1")}
+#: (units, long name) of a density on S^2 (True) and on S^1 (False).
+_DENSITY_UNITS = {True: ("sr-1", "token density against surface area"),
+                  False: ("radian-1", "token density against arc length")}
+
+
+class _Stored(dict):
+    """The stored :meth:`DensitySolution.arrays` as a mapping with ``files`` (the interface of
+    an NpzFile, which ``from_arrays`` implementations read)."""
+
+    @property
+    def files(self):
+        return list(self)
 
 
 class DensitySolution:
@@ -309,6 +343,8 @@ class DensitySolution:
         self.diagnostics = diagnostics
         self.path = path
         self.stats = stats or {}
+        #: the solver settings (:meth:`DensitySolver.settings`), set by ``solve``
+        self.settings = {}
 
     def __len__(self):
         return self.times.size
@@ -329,34 +365,105 @@ class DensitySolution:
         return grid_point_cloud(*self.quadrature(i))
 
     def arrays(self) -> dict:
-        """What :meth:`save` writes besides times, states, diagnostics and the model."""
+        """What identifies the discretisation besides times, states, diagnostics and the model
+        (scalars and small arrays; :meth:`to_xarray` stores them as ``grid_*`` attributes)."""
         return {}
-
-    def save(self, path) -> str:
-        """Write times, states, diagnostics and the model to ``path`` (.npz), atomically."""
-        return save_npz(path, kind=np.str_(self.kind), times=self.times,
-                        coefficients=self.coefficients, path=np.str_(self.path),
-                        **self.arrays(),
-                        **{f"diag_{k}": v for k, v in self.diagnostics.items()},
-                        **self.model.to_arrays())
 
     @classmethod
     def from_arrays(cls, z, **common):
-        """Rebuild from the file's arrays ``z`` (subclass: read its own extra arrays)."""
+        """Rebuild from the stored :meth:`arrays` ``z`` (subclass: read its own)."""
         return cls(**common)
+
+    # ------------------------------------------------------------------ export
+    def xarray_space(self):
+        """How the density is laid out in :meth:`to_xarray`: (dims, coords, values (T, ...),
+        units, long_name). The default lists the quadrature nodes (dimension ``node``, with
+        their positions and weights, e.g. the cells of a mesh); a subclass on a lat/lon grid or
+        a circle overrides it."""
+        pts, w, _ = self.quadrature(0)
+        vals = np.stack([np.asarray(self.quadrature(i)[2]).reshape(-1) for i in range(len(self))])
+        pts = np.asarray(pts).reshape(-1, pts.shape[-1])
+        w = np.full(pts.shape[0], 4 * np.pi / pts.shape[0]) if w is None else np.asarray(w).ravel()
+        coords = {"node_position": (("node", "component"), pts,
+                                    {"units": "1", "long_name": "quadrature node (unit vector)"}),
+                  "node_weight": ("node", w, {"units": "sr" if pts.shape[-1] == 3 else "radian",
+                                              "long_name": "quadrature weight (area)"})}
+        units, name = _DENSITY_UNITS[pts.shape[-1] == 3]
+        return ("node",), coords, vals, units, name
+
+    def to_xarray(self):
+        """The solution as an :class:`xarray.Dataset`.
+
+        Variables: ``density`` (time, <space>) on the solver's grid (per steradian on S^2, per
+        radian on S^1; see :meth:`xarray_space`); ``state`` (or ``state_real`` and
+        ``state_imag`` when complex): the solver's state, which rebuilds the solution exactly;
+        the diagnostics ``mass``, ``min``, ``negative_mass``, ``energy`` (time). The model is in
+        the ``model_*`` attributes, the discretisation in ``grid_*``, the solver settings in
+        ``setting_*``, the time-loop statistics in ``stat_*``. Every density solution inherits
+        this; :meth:`from_xarray` reads it back.
+        """
+        import xarray as xr
+
+        from .. import io
+
+        dims, coords, values, units, long_name = self.xarray_space()
+        data = {"density": (("time", *dims), values, {"units": units, "long_name": long_name})}
+        state = np.asarray(self.coefficients)
+        sdims = ("time", *[f"state_{k}" for k in range(state.ndim - 1)])
+        if np.iscomplexobj(state):
+            for part in ("real", "imag"):
+                data[f"state_{part}"] = (sdims, getattr(state, part).copy(),
+                                         {"units": "1", "long_name": f"solver state, {part} part"})
+        else:
+            data["state"] = (sdims, state, {"units": "1", "long_name": "solver state"})
+        for k, v in (self.diagnostics or {}).items():
+            ln, unit = _DIAGNOSTICS.get(k, (k, "1"))
+            data[k] = ("time", np.asarray(v, dtype=np.float64),
+                       {"long_name": ln, "units": unit or units})
+        grid = {k: (np.asarray(v).item() if np.ndim(v) == 0 else np.asarray(v))
+                for k, v in self.arrays().items()}
+        attrs = {**io.global_attrs(f"density on the sphere ({type(self).__name__})",
+                                   f"density solution {self.kind}"),
+                 "solution_kind": self.kind, "velocity_path": self.path,
+                 **io.model_attrs(self.model),
+                 **io.settings_attrs(grid, prefix="grid_"),
+                 **io.settings_attrs(getattr(self, "settings", {}) or {}),
+                 **io.settings_attrs(self.stats or {}, prefix="stat_")}
+        return xr.Dataset(data, coords={"time": io.time_coord(self.times), **coords}, attrs=attrs)
+
+    @classmethod
+    def from_xarray(cls, ds, source: str = "the dataset"):
+        """Rebuild a solution from :meth:`to_xarray`'s Dataset (``initial_measure`` is None)."""
+        from .. import io
+
+        kind = ds.attrs.get("solution_kind")
+        if kind != cls.kind:
+            other = DensitySolution._kinds.get(kind, "the matching solution class")
+            raise ValueError(f"{source} holds a {kind or 'non-spherepde'} solution, not a "
+                             f"{cls.kind} one; use {other}.load or {other}.from_xarray")
+        state = (ds["state_real"].values + 1j * ds["state_imag"].values if "state_real" in ds
+                 else ds["state"].values)
+        diag = {k: ds[k].values for k in _DIAGNOSTICS if k in ds}
+        sol = cls.from_arrays(_Stored(io.settings_from_attrs(ds.attrs, "grid_")),
+                              times=ds["time"].values, coefficients=state,
+                              model=io.model_from_attrs(ds.attrs), initial_measure=None,
+                              diagnostics=diag, path=str(ds.attrs.get("velocity_path", "")),
+                              stats=io.settings_from_attrs(ds.attrs, "stat_"))
+        sol.settings = io.settings_from_attrs(ds.attrs)
+        return sol
+
+    def save(self, path):
+        """Write the solution to ``path`` as NetCDF (:meth:`to_xarray`), atomically."""
+        from .. import io
+
+        return io.save_dataset(self.to_xarray(), path)
 
     @classmethod
     def load(cls, path):
-        """Read a solution written by :meth:`save` (initial_measure is not stored: None)."""
-        with np.load(path, allow_pickle=False) as z:
-            kind = str(z["kind"])
-            if kind != cls.kind:
-                other = DensitySolution._kinds.get(kind, "the matching solution class")
-                raise ValueError(f"{path} holds a {kind} solution; use {other}.load")
-            diag = {k[5:]: z[k] for k in z.files if k.startswith("diag_")}
-            return cls.from_arrays(z, times=z["times"], coefficients=z["coefficients"],
-                                   model=Model.from_arrays(z), initial_measure=None,
-                                   diagnostics=diag, path=str(z["path"]))
+        """Read a solution written by :meth:`save` (``initial_measure`` is not stored: None)."""
+        from .. import io
+
+        return cls.from_xarray(io.open_dataset(path), source=str(path))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({len(self)} times in [{self.times[0]:g}, "

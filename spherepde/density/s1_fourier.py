@@ -68,6 +68,14 @@ class FourierSolution(DensitySolution):
         pts, vals = self.grid_values(i)
         return pts, None, vals  # equal weights 2 pi/n
 
+    def xarray_space(self):
+        """The density on the solver's equispaced grid: dim ``angle`` (radians)."""
+        vals = np.stack([self.grid_values(i)[1] for i in range(len(self))])
+        coords = {"angle": ("angle", CircleGrid(self.n).theta,
+                            {"units": "radian",
+                             "long_name": "angle theta, x = (cos theta, sin theta)"})}
+        return ("angle",), coords, vals, "radian-1", "token density against arc length"
+
     def arrays(self) -> dict:
         return dict(n=np.int64(self.n))
 

@@ -103,6 +103,18 @@ class SpectralSolution(DensitySolution):
         grid, vals = self.grid_values(i)
         return grid.points, grid.weights, vals
 
+    def xarray_space(self):
+        """The density on the solver's Gauss grid: dims (lat, lon) in degrees."""
+        grid = self.grid_values(0)[0]
+        vals = np.stack([self.grid_values(i)[1] for i in range(len(self))])
+        coords = {"lat": ("lat", 90.0 - np.degrees(grid.theta),
+                          {"units": "degrees_north", "standard_name": "latitude",
+                           "long_name": "latitude (Gauss-Legendre nodes)"}),
+                  "lon": ("lon", np.degrees(grid.phi),
+                          {"units": "degrees_east", "standard_name": "longitude",
+                           "long_name": "longitude"})}
+        return ("lat", "lon"), coords, vals, "sr-1", "token density against surface area"
+
     def mass(self, i: int) -> float:
         return SQRT_4PI * float(self.coefficients[i][0].real)
 
