@@ -283,7 +283,7 @@ def test_a_run_that_cannot_proceed_ends_with_one_line_and_exit_3(tiny, tmp_path,
                                                                    monkeypatch):
     from spherepde.timestepping import StepSizeError
 
-    def run_one(task):
+    def run_one(task, **kw):
         raise StepSizeError("the adaptive step fell to 1e-20 at t = 0")
 
     monkeypatch.setattr(scenario, "run_one", run_one)
