@@ -1,12 +1,16 @@
-"""Writing results so that no finished work is lost: atomic files and resumable runs.
+"""Writing results so that no finished work is lost: atomic files, strict JSON, a folder lock.
 
-Every file is written to a temporary name in the same folder and moved into place with
-``os.replace``, which is atomic on POSIX: a reader (or a resumed run) sees either the old file
-or the complete new one, never a half-written file.
+Every file is written to a temporary name in the same folder (``.NAME.XXXXXXXX.part``) and
+moved into place with ``os.replace``, which is atomic on POSIX: a reader (or a resumed run)
+sees either the old file or the complete new one, never a half-written file. A process killed
+mid-write leaves only a ``.part`` file, which :func:`remove_partial` deletes. Files get the
+permissions of the umask, as ``open`` would give them (not the 0600 of temporary files).
 """
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import tempfile
 from contextlib import contextmanager
@@ -14,23 +18,52 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_path", "save_npz", "load_npz", "write_text", "write_json"]
+__all__ = ["atomic_path", "save_npz", "load_npz", "write_text", "write_json", "to_json",
+           "remove_partial", "FolderLock", "FolderBusyError"]
+
+PARTIAL_SUFFIX = ".part"
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; set it back at once.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
 def atomic_path(path, suffix: str = ""):
-    """Yield a temporary path next to ``path``; move it onto ``path`` when the block succeeds."""
+    """Yield a temporary path next to ``path``; move it onto ``path`` when the block succeeds.
+
+    ``suffix`` is accepted for compatibility; the temporary name always ends in ``.part``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix,
-                               dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def remove_partial(folder) -> int:
+    """Delete the temporary files that killed writers left in ``folder``; returns how many.
+
+    Call it only while holding the folder's :class:`FolderLock`: a live writer's file would
+    otherwise be removed under it.
+    """
+    n = 0
+    for p in Path(folder).glob(f".*{PARTIAL_SUFFIX}"):
+        try:
+            p.unlink()
+            n += 1
+        except FileNotFoundError:  # pragma: no cover - removed by someone else meanwhile
+            pass
+    return n
 
 
 def save_npz(path, /, **arrays) -> Path:
@@ -43,8 +76,8 @@ def save_npz(path, /, **arrays) -> Path:
         path = path.with_name(path.name + ".npz")
     meta = arrays.pop("meta", None)
     if meta is not None:
-        arrays["meta_json"] = np.array(json.dumps(meta, default=_jsonable))
-    with atomic_path(path, ".npz") as tmp:
+        arrays["meta_json"] = np.array(to_json(meta, indent=None))
+    with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, **arrays)
     return path
@@ -61,19 +94,83 @@ def load_npz(path) -> dict:
 
 def write_text(path, text: str) -> Path:
     with atomic_path(path) as tmp:
-        Path(tmp).write_text(text)
+        Path(tmp).write_text(text, encoding="utf-8")
     return Path(path)
 
 
+def to_json(obj, indent: int | None = 2) -> str:
+    """Strict JSON (RFC 8259): infinities are written as the strings "inf" / "-inf", as the
+    scenario files write β = ∞; a NaN is an error (no JSON parser outside Python reads it)."""
+    return json.dumps(_strict(obj), indent=indent, allow_nan=False)
+
+
 def write_json(path, obj) -> Path:
-    return write_text(path, json.dumps(obj, indent=2, default=_jsonable))
+    return write_text(path, to_json(obj) + "\n")
 
 
-def _jsonable(o):
+def _strict(o):
+    if isinstance(o, dict):
+        return {str(k): _strict(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_strict(v) for v in o]
     if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
+        return _strict(o.tolist())
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
+        return _strict(o.item())
+    if isinstance(o, float) and not math.isfinite(o):
+        if math.isnan(o):
+            raise ValueError("NaN cannot be written as strict JSON")
+        return "inf" if o > 0 else "-inf"
     if isinstance(o, Path):
         return str(o)
+    if o is None or isinstance(o, (str, bool, int, float)):
+        return o
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+class FolderBusyError(RuntimeError):
+    """Another process holds the folder's lock."""
+
+
+class FolderLock:
+    """An exclusive, non-blocking lock on a folder (``fcntl.flock`` on ``<folder>/.lock``).
+
+    The operating system drops the lock when its holder exits, even by SIGKILL, so a killed
+    run never leaves the folder locked. Entering raises :class:`FolderBusyError` when another
+    process holds it; the message names that process.
+    """
+
+    def __init__(self, folder):
+        self.path = Path(folder) / ".lock"
+        self._fh = None
+
+    def __enter__(self):
+        import fcntl
+
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise FolderBusyError(f"{self.path.parent} is in use by {holder}") from None
+            raise
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"process {os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        if self._fh is not None:
+            self._fh.seek(0)
+            self._fh.truncate()
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+        return False

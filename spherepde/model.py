@@ -11,11 +11,13 @@ SPEC §1–§3: B = Q^T K, A = V B^T. The velocity of a token at x under a measu
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import interaction
+from .interaction.numerics import LOG_FLOAT_MAX
 from .measures import Measure, PointCloud, as_point_cloud
 from .registry import renamed_keyword
 from .sphere import as_points, tangent_projection
@@ -92,7 +94,7 @@ def _matrix(M, d, name):
 
 
 class Model:
-    """Single-head self-attention dynamics on S^{d-1} (SPEC §2).
+    r"""Single-head self-attention dynamics on S^{d-1} (SPEC §2).
 
     Parameters
     ----------
@@ -107,6 +109,16 @@ class Model:
     hardmax : bool
         At beta = inf, use hardmax (argmax over a discrete measure) instead of the local
         field X_inf of full-support measures.
+    rescale_time : bool
+        USA only. The USA field is of size up to :math:`e^{\beta\|B\|_2}` (the kernel's
+        maximum over the sphere), so its time scale shrinks like :math:`e^{-\beta}`; at large
+        beta an adaptive solver needs ~e^beta steps. With ``rescale_time=True`` time is
+        measured in units of :math:`e^{\beta\|B\|_2}`, i.e. the velocity is divided by the
+        kernel's maximum (for B = I this is the rescaling t -> t e^{-beta} used for USA in
+        Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv:2312.10794). The USA field is linear
+        in V, so this is done once: the model stores ``V * time_scale`` (``time_scale`` =
+        :math:`e^{-\beta\|B\|_2}`), and every solver runs the rescaled dynamics unchanged.
+        The trajectories are those of plain USA at times ``t / time_scale``.
 
     Examples
     --------
@@ -117,7 +129,7 @@ class Model:
     """
 
     def __init__(self, Q=None, K=None, V=None, beta: float = 9.0, d: int | None = None,
-                 normalized: bool = True, hardmax: bool = False):
+                 normalized: bool = True, hardmax: bool = False, rescale_time: bool = False):
         given = [np.asarray(M).shape for M in (Q, K, V) if M is not None]
         if d is None:
             d = given[0][0] if given and len(given[0]) == 2 else 3
@@ -140,8 +152,30 @@ class Model:
         self.beta = beta
         self.normalized = bool(normalized)
         self.hardmax = bool(hardmax)
-        self.B = self.Q.T @ self.K
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.B = self.Q.T @ self.K
+            AB = self.V @ self.B.T
+        if not (np.all(np.isfinite(self.B)) and np.all(np.isfinite(AB))):
+            big = max(float(np.abs(M).max()) for M in (self.Q, self.K, self.V))
+            raise ValueError(f"B = Q^T K or A = V B^T overflows float64 (entries of Q, K, V up "
+                             f"to {big:.3g}); scale the matrices down (beta sets the scale of "
+                             "the attention)")
+        #: Factor of the time change (1 unless ``rescale_time``): model time = USA time / it.
+        self.time_scale = 1.0
+        if rescale_time:
+            if self.normalized:
+                raise ValueError("rescale_time applies to USA (normalized=False): the SA field "
+                                 "is bounded by |V| at every beta and needs no rescaling")
+            log_kmax = beta * float(np.linalg.norm(self.B, 2))
+            if log_kmax > LOG_FLOAT_MAX:
+                raise ValueError(f"rescale_time: the USA kernel's maximum e^{log_kmax:.4g} "
+                                 f"(beta |B|_2 = {log_kmax:.4g}) is beyond float64 (e^709); "
+                                 "use normalized=True (SA) for such a cold model")
+            self.time_scale = math.exp(-log_kmax)
+            self.V = self.V * self.time_scale
         self.A = self.V @ self.B.T
+        #: |B|_2: beta·|B|_2 bounds the logits beta <x, By> on the sphere
+        self.B_norm = float(np.linalg.norm(self.B, 2))
 
     # ------------------------------------------------------------------ structure
     @property
@@ -157,8 +191,10 @@ class Model:
         """Check SPEC §3.1: B invertible, A = V B^T symmetric, spectral gap gamma > 0."""
         sv = np.linalg.svd(self.B, compute_uv=False)
         cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else np.inf
-        nA = np.linalg.norm(self.A)
-        asym = float(np.linalg.norm(self.A - self.A.T) / nA) if nA > 0 else 0.0
+        top = float(np.abs(self.A).max())
+        An = self.A / top if top > 0 else self.A  # scaled first: no overflow in the norm
+        nA = np.linalg.norm(An)
+        asym = float(np.linalg.norm(An - An.T) / nA) if nA > 0 else 0.0
         S = 0.5 * (self.A + self.A.T)
         ev = np.linalg.eigvalsh(S)[::-1]
         scale = max(1.0, abs(ev[0]))
@@ -246,10 +282,17 @@ class Model:
         """Attention output before the tangent projection, x: (m, d) -> (m, d).
 
         ``kernel``: an interaction kernel of :data:`spherepde.interaction.KERNELS` or "auto"
-        (``backend`` is its deprecated old name)."""
+        (``backend`` is its deprecated old name). "auto" also weighs the harmonic kernel on
+        S^1 and S^2 (:func:`spherepde.interaction.resolve_kernel`)."""
         kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         if self.zero_temperature and not self.hardmax:
             return interaction.zero_temperature_attention(x, self.A, self.B)
+        if not self.zero_temperature:
+            kernel = interaction.resolve_kernel(kernel, x.shape[0], points.shape[0],
+                                                kappa=self.beta * self.B_norm, d=self.d)
+            of_model = getattr(interaction.KERNELS.get(kernel), "of_model", None)
+            if of_model is not None:  # a kernel that works from B, V and the atoms (harmonic)
+                return of_model(self)(x, points, weights)
         keys = points @ self.B.T
         values = points @ self.V.T
         if self.zero_temperature:
@@ -293,18 +336,24 @@ class Model:
         return tangent_projection(xf, out).reshape(shape)
 
     def to_arrays(self) -> dict:
-        """The model as numpy arrays, for saving next to results (see :meth:`from_arrays`)."""
+        """The model as numpy arrays, for saving next to results (see :meth:`from_arrays`).
+        V is the V the dynamics uses (already multiplied by ``time_scale``)."""
         return dict(Q=self.Q, K=self.K, V=self.V, beta=np.float64(self.beta),
                     normalized=np.bool_(self.normalized), hardmax=np.bool_(self.hardmax),
-                    d=np.int64(self.d))
+                    d=np.int64(self.d), time_scale=np.float64(self.time_scale))
 
     @classmethod
     def from_arrays(cls, z) -> "Model":
         """Rebuild a model from the arrays of :meth:`to_arrays` (any mapping, e.g. an NpzFile)."""
         hardmax = bool(z["hardmax"]) if "hardmax" in z else False
-        return cls(z["Q"], z["K"], z["V"], beta=float(z["beta"]), d=int(z["Q"].shape[0]),
-                   normalized=bool(z["normalized"]), hardmax=hardmax)
+        model = cls(z["Q"], z["K"], z["V"], beta=float(z["beta"]), d=int(z["Q"].shape[0]),
+                    normalized=bool(z["normalized"]), hardmax=hardmax)
+        if "time_scale" in z:  # V was saved rescaled: keep the record of the time change
+            model.time_scale = float(z["time_scale"])
+        return model
 
     def __repr__(self) -> str:
         kind = "SA" if self.normalized else "USA"
+        if self.time_scale != 1.0:
+            kind += f", time rescaled by {self.time_scale:.3g}"
         return f"Model(d={self.d}, beta={self.beta:g}, {kind}{', hardmax' if self.hardmax else ''})"

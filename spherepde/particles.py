@@ -32,7 +32,7 @@ from .model import Model
 from .registry import renamed_keyword
 from .sphere import as_points, retract, tangent_projection
 from .sphere import normalize as unit
-from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, get_scheme, integrate
+from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_scheme, integrate
 from .timestepping import _check_times
 
 __all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS"]
@@ -154,8 +154,9 @@ class ParticleSolver:
         zero-temperature flow in ``tests/test_timestepping.py`` and ``tests/test_particles.py``.
     kernel : str
         Interaction kernel of :data:`spherepde.interaction.KERNELS`: "auto" (numpy for small
-        problems, the fused numba kernel from N·N >= 2^20), "numpy", "numba", "torch",
-        "harmonic", ...
+        problems, the fused numba kernel from N·N >= 2^20, the harmonic kernel on S^1/S^2
+        where it is faster; resolved once per ``solve`` from N), "numpy", "numba", "torch",
+        "harmonic" (its degree L is ``harmonic_degree`` and shown in the repr), ...
     dt_max : float, optional
         Upper bound on adaptive steps.
     method, backend : str, deprecated
@@ -193,11 +194,35 @@ class ParticleSolver:
             raise ValueError(f"rtol/atol only apply to an adaptive scheme; {scheme!r} uses the "
                              "fixed step dt")
         self.kernel = kernel
+        self._kernel_used = kernel  # "auto" is resolved once per solve, from N
+        self.harmonic_degree = None
+        self._note_kernel(kernel)
+
+    def _note_kernel(self, kernel):
+        """Record the kernel a run uses; for "harmonic", the degree L its field needs."""
+        self._kernel_used = kernel
+        if kernel == "harmonic" and not self.model.zero_temperature:
+            from .interaction.harmonic import field_for
+
+            m = self.model
+            self.harmonic_degree = field_for(m.B, m.V, m.beta, m.normalized).degree
+
+    def _step_hint(self) -> str:
+        """What to change when the adaptive step collapses."""
+        m = self.model
+        if not m.normalized and m.time_scale == 1.0:
+            top = m.beta * float(np.linalg.norm(m.B, 2))
+            return (f"USA moves at speeds up to e^(beta |B|) = e^{top:.3g} (beta = {m.beta:g}), "
+                    "so its time scale is e^-beta: build the model with "
+                    "Model(..., normalized=False, rescale_time=True) to measure time in units "
+                    "of the kernel's maximum, or use normalized=True (SA)")
+        return (f"The tokens blow up or collide faster than rtol = {self.rtol:g} can follow; "
+                "check the model's scale (|V|, beta) or loosen rtol")
 
     # ------------------------------------------------------------------ the field
     def attention(self, x, weights) -> np.ndarray:
         """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d)."""
-        return self.model.attention(x, x, weights, kernel=self.kernel)
+        return self.model.attention(x, x, weights, kernel=self._kernel_used)
 
     def velocity(self, x, weights) -> np.ndarray:
         r"""The particle velocities :math:`X[\mu^N](x_i)`, x: (N, d) -> (N, d) tangent."""
@@ -264,6 +289,12 @@ class ParticleSolver:
         cloud = self._prepare(x0, weights, normalize)
         times = _check_times(times)
         every = self._check_every(every)
+        if self.kernel == "auto" and not self.model.zero_temperature:
+            from . import interaction
+
+            m = self.model
+            self._note_kernel(interaction.resolve_kernel("auto", cloud.n, cloud.n,
+                                                         kappa=m.beta * m.B_norm, d=m.d))
         sel = self._selection(cloud.n, tokens)
         T = times.size
         kept = [i for i in range(T) if i % every == 0 or i == T - 1]
@@ -284,10 +315,13 @@ class ParticleSolver:
             if callback is not None:
                 callback(i, t, x)
 
-        _, stats = integrate(rhs, cloud.points, times, scheme=self.scheme, dt=self.dt,
-                             rtol=self.rtol, atol=self.atol, retract=retract,
-                             callback=on_output, dt_max=self.dt_max, progress=progress,
-                             keep=lambda i: False)
+        try:
+            _, stats = integrate(rhs, cloud.points, times, scheme=self.scheme, dt=self.dt,
+                                 rtol=self.rtol, atol=self.atol, retract=retract,
+                                 callback=on_output, dt_max=self.dt_max, progress=progress,
+                                 keep=lambda i: False)
+        except StepSizeError as exc:
+            raise StepSizeError(f"{exc}. {self._step_hint()}") from None
         return Trajectory(times[kept], np.stack(stored), select(w), self.model, cloud,
                           token_index=sel, stats=stats, kind="ode")
 
@@ -360,5 +394,9 @@ class ParticleSolver:
     def __repr__(self) -> str:
         step = (f"rtol={self.rtol}, atol={self.atol}" if self.tableau.adaptive
                 else f"dt={self.dt}")
-        return (f"ParticleSolver({self.model!r}, scheme={self.scheme!r}, {step}, "
-                f"kernel={self.kernel!r})")
+        kernel = f"kernel={self.kernel!r}"
+        if self._kernel_used != self.kernel:
+            kernel += f" (last run: {self._kernel_used!r})"
+        if self.harmonic_degree is not None and self._kernel_used == "harmonic":
+            kernel += f", L={self.harmonic_degree}"
+        return f"ParticleSolver({self.model!r}, scheme={self.scheme!r}, {step}, {kernel})"

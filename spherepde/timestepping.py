@@ -18,12 +18,20 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Tableau", "SCHEMES", "register", "get_scheme", "integrate", "rk_step",
-           "DEFAULT_RTOL", "DEFAULT_ATOL"]
+           "DEFAULT_RTOL", "DEFAULT_ATOL", "StepSizeError", "MIN_STEP_FRACTION"]
 
 #: Default tolerances of the adaptive pair: about 1e-8 relative accuracy at the outputs
 #: on the problems of the test suite (measured in tests/test_timestepping.py).
 DEFAULT_RTOL = 1e-9
 DEFAULT_ATOL = 1e-11
+#: An adaptive step below this fraction of the integration span ends the run: it would need
+#: more than 1e10 steps, which is a blow-up or an unresolved problem, never a result.
+MIN_STEP_FRACTION = 1e-10
+
+
+class StepSizeError(RuntimeError):
+    """The adaptive step kept shrinking (a blow-up, an unresolved discretisation, or a field
+    too fast for the time scale). Solvers re-raise it naming the setting to change."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,8 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
     if not adaptive and dt is None:
         raise ValueError(f"scheme {scheme!r} has a fixed step: pass dt, or use scheme='dopri5' "
                          "with rtol/atol")
+    span = float(times[-1] - times[0])
+    min_step = MIN_STEP_FRACTION * span
     y = y0
     out = [y0] if keep is None or keep(0) else []
     stats = {"steps": 0, "rejected": 0, "fevals": 0}
@@ -240,8 +250,11 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                 else:
                     stats["rejected"] += 1
                     h = hh * max(0.2, 0.9 * en ** (-1.0 / (tab.err_order + 1)))
-                if h < 1e-14 * max(1.0, abs(t)):
-                    raise RuntimeError(f"step size underflow at t = {t}; the solution may blow up")
+                if h < max(1e-14 * max(1.0, abs(t)), min_step):
+                    raise StepSizeError(
+                        f"the adaptive step fell to {h:.2e} at t = {t:.6g}, below "
+                        f"{MIN_STEP_FRACTION:g} of the time span {span:.3g}: the solution blows "
+                        "up, is not resolved, or moves too fast for this time scale")
         if not np.all(np.isfinite(y)):
             raise FloatingPointError(f"the state became NaN or inf between t = {t0} and t = {t1}; "
                                      "a smaller step (or an adaptive scheme) may help")

@@ -46,7 +46,7 @@ def test_run_writes_results_figures_and_summary(small_run):
     assert ts[-1] == pytest.approx(1.0)
     assert abs(ws[0] - res["particles_beta=4/w2"][0]) < 0.15
     summary = (out / "summary.md").read_text()
-    assert "spectral gap gamma = 0.6" in summary and "particles_beta=inf" in summary
+    assert "spectral gap gamma = 0.6" in summary and "particles, β=inf" in summary
     assert json.loads((out / "scenario.json").read_text())["particles"]["n"] == 300
 
 

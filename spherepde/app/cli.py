@@ -1,4 +1,9 @@
-"""Command line: ``spherepde run [scenario.toml] [--out DIR] [--fresh]``."""
+"""Command line: ``spherepde run [scenario.toml] [--out DIR] [--fresh]`` and ``spherepde --version``.
+
+Every failure a user can cause (a bad scenario, an unusable output folder, a folder in use)
+ends in one line on stderr and exit code 2; Ctrl-C ends with exit code 130 and says what
+finished; a run that stops for numerical reasons exits with 3.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,11 +11,22 @@ import sys
 
 from .config import ConfigError
 
+#: Exit codes: 2 for bad input (as argparse does), 130 = 128 + SIGINT for Ctrl-C.
+EXIT_BAD_INPUT, EXIT_NUMERICS, EXIT_INTERRUPTED = 2, 3, 130
 
-def main(argv=None) -> int:
+
+def _error(text: str, code: int) -> int:
+    print(f"spherepde: {text}", file=sys.stderr)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="spherepde",
         description="Mean-field dynamics of self-attention on the sphere.")
+    parser.add_argument("--version", action="version", version=f"spherepde {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario (the built-in default when no file is given)")
     run.add_argument("config", nargs="?", default=None,
@@ -19,23 +35,45 @@ def main(argv=None) -> int:
     run.add_argument("--fresh", action="store_true",
                      help="recompute every run instead of reusing finished ones in OUT/runs")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    run.add_argument("--no-figures", dest="figures", action="store_false",
+                     help="skip the figures (results.npz, summary.md and scenario.json only)")
+    run.set_defaults(handler=_run)
+    return parser
 
-    if args.command == "run":
-        from .scenario import run_scenario
 
-        try:
-            res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet)
-        except ConfigError as exc:
-            print(f"spherepde: invalid scenario: {exc}", file=sys.stderr)
-            return 2
-        except FloatingPointError as exc:
-            print(f"spherepde: the run stopped: {exc}", file=sys.stderr)
-            return 3
-        print(res["summary"])
-        print(f"spherepde: results written to {res['out'].resolve()}")
-        return 0
-    return 1  # pragma: no cover
+def _run(args) -> int:
+    from .scenario import OutputError, RunInterrupted, run_scenario
+
+    try:
+        res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet,
+                           figures=args.figures)
+    except ConfigError as exc:
+        return _error(f"invalid scenario: {exc}", EXIT_BAD_INPUT)
+    except OutputError as exc:
+        return _error(str(exc), EXIT_BAD_INPUT)
+    except RunInterrupted as exc:
+        return _error(f"interrupted: {exc}", EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        return _error("interrupted before any run finished; run the same command again to "
+                      "start", EXIT_INTERRUPTED)
+    except OSError as exc:  # the disk filled up, the folder vanished, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        return _error(f"cannot write the results{where}: {exc.strerror or exc}",
+                      EXIT_BAD_INPUT)
+    except FloatingPointError as exc:
+        return _error(f"the run stopped: {exc}", EXIT_NUMERICS)
+    print(res["summary"])
+    n = len(res["runs"])
+    if res["reused"]:
+        print(f"spherepde: {res['reused']} of {n} runs reused from {res['out'] / 'runs'} "
+              "(--fresh recomputes them)")
+    print(f"spherepde: results written to {res['out'].resolve()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

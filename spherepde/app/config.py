@@ -11,15 +11,18 @@ names the key and what it accepts.
     rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
     rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
     normalized = true                # SA (true) or USA (false)
+    rescale_time = false             # USA only: time in units of the kernel's maximum e^beta
 
     [initial]
     kind = "vmf"                     # "uniform", "vmf" or "bimodal" (two vMF caps)
-    mean = [0.4, 0.3, 1.0]
-    kappa = 1.5
+    mean = [0.4, 0.3, 1.0]           # vmf and bimodal: the (first) cap's mean direction
+    kappa = 1.5                      # vmf and bimodal: concentration of each cap
+    mean2 = [-0.3, -1.0, -0.4]       # bimodal only: the second cap's mean direction
+    weights = [0.6, 0.4]             # bimodal only: masses of the two caps (sum 1)
 
     [run]
-    betas = [4.0, 16.0, 64.0, "inf"] # inverse temperatures; "inf" = zero temperature
-    t_end = 8.0                      # final time of the particle runs
+    betas = [4.0, 16.0, 64.0, "inf"] # inverse temperatures <= 1e4; "inf" = zero temperature
+    t_end = 8.0                      # final time of the particle runs, <= 1000
     n_times = 41                     # output times, equally spaced in [0, t_end]
 
     [particles]
@@ -47,7 +50,7 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["DEFAULT", "ConfigError", "load_config", "validate_config"]
+__all__ = ["DEFAULT", "ConfigError", "load_config", "validate_config", "used_scenario", "beta_text"]
 
 
 class ConfigError(ValueError):
@@ -60,8 +63,10 @@ DEFAULT = {
         "rotation_angle": 0.9,
         "rotation_axis": [1.0, 1.0, 1.0],
         "normalized": True,
+        "rescale_time": False,
     },
-    "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5},
+    "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5,
+                "mean2": [-0.3, -1.0, -0.4], "weights": [0.6, 0.4]},
     "run": {"betas": [4.0, 16.0, 64.0, "inf"], "t_end": 8.0, "n_times": 41},
     "particles": {"n": 4000, "seed": 0, "rtol": 1e-6},
     "spectral": {"enabled": True, "lmax": 128, "t_end": 3.0},
@@ -69,17 +74,32 @@ DEFAULT = {
 }
 
 _INITIAL_KINDS = ("uniform", "vmf", "bimodal")
+#: The keys each initial kind reads; the others are left out of the written scenario.
+INITIAL_KEYS = {"uniform": (), "vmf": ("mean", "kappa"), "bimodal": ("mean", "kappa", "mean2", "weights")}
+#: Bounds that keep every valid scenario a run of bounded cost: |eigenvalue| sets the speed,
+#: t_end the length, beta the sharpness of the kernel (colder than 1e4: use "inf").
+MAX_EIGENVALUE = 100.0
+MAX_T_END = 1000.0
+MAX_BETA = 1e4
 #: Largest beta of a USA scenario: its steps are ~e^-beta times those of SA (e^12 ~ 1.6e5).
 USA_MAX_BETA = 12.0
+#: Largest beta of a rescaled USA scenario: the kernel e^(beta |B|) (|B| = 1) must fit float64.
+USA_RESCALED_MAX_BETA = 700.0
+
+
+def _numbers(key, v, n, what):
+    if (not isinstance(v, list) or len(v) != n
+            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in v)
+            or not all(math.isfinite(a) for a in v)):
+        raise ConfigError(f"{key} must be a list of {n} finite numbers{what}; got {v!r}")
+    return [float(a) for a in v]
 
 
 def _vec3(key, v):
-    if (not isinstance(v, list) or len(v) != 3
-            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in v)):
-        raise ConfigError(f"{key} must be a list of 3 numbers; got {v!r}")
+    v = _numbers(key, v, 3, "")
     if not any(a != 0 for a in v):
         raise ConfigError(f"{key} must be a nonzero vector; got {v!r}")
-    return [float(a) for a in v]
+    return v
 
 
 def _number(key, v, lo=None, hi=None, integer=False, lo_open=False):
@@ -105,7 +125,14 @@ def _beta(key, v):
         return math.inf
     if isinstance(v, str):
         raise ConfigError(f"{key} entries must be numbers >= 0 or \"inf\"; got {v!r}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_BETA:
+        raise ConfigError(f"{key} entries must be <= {MAX_BETA:g} or \"inf\"; got {v!r}")
     return _number(key, v, lo=0.0)
+
+
+def beta_text(beta: float) -> str:
+    """β as a scenario file writes it: "inf" or the shortest float form ("16", "0.5")."""
+    return "inf" if math.isinf(beta) else f"{beta:g}"
 
 
 def validate_config(user: dict | None) -> dict:
@@ -129,12 +156,11 @@ def validate_config(user: dict | None) -> dict:
             cfg[section][key] = v
 
     m = cfg["model"]
-    ev = m["eigenvalues"]
-    if (not isinstance(ev, list) or len(ev) != 3
-            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in ev)):
-        raise ConfigError(f"model.eigenvalues must be a list of 3 numbers (the spectrum of "
-                          f"A = V B^T on S^2); got {ev!r}")
-    ev = sorted((float(a) for a in ev), reverse=True)
+    ev = _numbers("model.eigenvalues", m["eigenvalues"], 3, " (the spectrum of A = V B^T on S^2)")
+    if max(abs(a) for a in ev) > MAX_EIGENVALUE:
+        raise ConfigError(f"model.eigenvalues must lie in [-{MAX_EIGENVALUE:g}, {MAX_EIGENVALUE:g}] "
+                          f"(they set the speed of the flow; rescale t_end instead); got {ev}")
+    ev = sorted(ev, reverse=True)
     if not ev[0] > ev[1]:
         raise ConfigError(f"model.eigenvalues need a spectral gap: the largest must be strictly "
                           f"larger than the second; got {ev}")
@@ -142,12 +168,21 @@ def validate_config(user: dict | None) -> dict:
     m["rotation_angle"] = _number("model.rotation_angle", m["rotation_angle"])
     m["rotation_axis"] = _vec3("model.rotation_axis", m["rotation_axis"])
     m["normalized"] = _bool("model.normalized", m["normalized"])
+    m["rescale_time"] = _bool("model.rescale_time", m["rescale_time"])
+    if m["rescale_time"] and m["normalized"]:
+        raise ConfigError("model.rescale_time = true applies to USA (model.normalized = false) "
+                          "only: the SA field needs no rescaling")
 
     ini = cfg["initial"]
     if ini["kind"] not in _INITIAL_KINDS:
         raise ConfigError(f"initial.kind must be one of {list(_INITIAL_KINDS)}; got {ini['kind']!r}")
     ini["mean"] = _vec3("initial.mean", ini["mean"])
     ini["kappa"] = _number("initial.kappa", ini["kappa"], lo=0.0, hi=1e4)
+    ini["mean2"] = _vec3("initial.mean2", ini["mean2"])
+    w = _numbers("initial.weights", ini["weights"], 2, " (masses of the two caps)")
+    if min(w) < 0 or abs(sum(w) - 1.0) > 1e-9:
+        raise ConfigError(f"initial.weights must be two numbers >= 0 summing to 1; got {w}")
+    ini["weights"] = w
 
     r = cfg["run"]
     if not isinstance(r["betas"], list) or not r["betas"]:
@@ -157,11 +192,16 @@ def validate_config(user: dict | None) -> dict:
     if not m["normalized"] and any(math.isinf(b) for b in r["betas"]):
         raise ConfigError("run.betas contains \"inf\", which needs model.normalized = true "
                           "(the USA field grows like e^beta)")
-    if not m["normalized"] and max(r["betas"]) > USA_MAX_BETA:
+    if not m["normalized"] and not m["rescale_time"] and max(r["betas"]) > USA_MAX_BETA:
         raise ConfigError(f"run.betas must be <= {USA_MAX_BETA:g} with model.normalized = false "
                           f"(got {max(r['betas']):g}): the USA field is of size e^beta, so its "
-                          "time steps shrink like e^-beta; use normalized = true for colder runs")
-    r["t_end"] = _number("run.t_end", r["t_end"], lo=0.0, lo_open=True)
+                          "time steps shrink like e^-beta; set model.rescale_time = true (time "
+                          "in units of e^beta) or use normalized = true for colder runs")
+    if m["rescale_time"] and max(r["betas"]) > USA_RESCALED_MAX_BETA:
+        raise ConfigError(f"run.betas must be <= {USA_RESCALED_MAX_BETA:g} with model.rescale_time "
+                          f"= true (got {max(r['betas']):g}): the USA kernel e^beta is beyond "
+                          "float64 there; use normalized = true")
+    r["t_end"] = _number("run.t_end", r["t_end"], lo=0.0, lo_open=True, hi=MAX_T_END)
     r["n_times"] = _number("run.n_times", r["n_times"], lo=2, hi=10_000, integer=True)
 
     p = cfg["particles"]
@@ -172,12 +212,26 @@ def validate_config(user: dict | None) -> dict:
     s = cfg["spectral"]
     s["enabled"] = _bool("spectral.enabled", s["enabled"])
     s["lmax"] = _number("spectral.lmax", s["lmax"], lo=8, hi=1023, integer=True)
-    s["t_end"] = _number("spectral.t_end", s["t_end"], lo=0.0, lo_open=True)
+    s["t_end"] = _number("spectral.t_end", s["t_end"], lo=0.0, lo_open=True, hi=MAX_T_END)
 
     o = cfg["output"]
-    if not isinstance(o["dir"], str) or not o["dir"]:
+    if not isinstance(o["dir"], str) or not o["dir"] or "\0" in o["dir"]:
         raise ConfigError(f"output.dir must be a non-empty path string; got {o['dir']!r}")
     return cfg
+
+
+def used_scenario(cfg: dict) -> dict:
+    """The keys of a validated scenario that the run reads: the initial measure's own keys
+    only, and no spectral settings when the spectral solver is off. This is what
+    ``scenario.json`` records and what decides whether a saved run can be reused."""
+    out = copy.deepcopy(cfg)
+    if out["model"]["normalized"]:
+        del out["model"]["rescale_time"]
+    ini = out["initial"]
+    out["initial"] = {"kind": ini["kind"], **{k: ini[k] for k in INITIAL_KEYS[ini["kind"]]}}
+    if not out["spectral"]["enabled"]:
+        out["spectral"] = {"enabled": False}
+    return out
 
 
 def load_config(path=None) -> dict:
@@ -185,12 +239,23 @@ def load_config(path=None) -> dict:
     if path is None:
         return validate_config({})
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a scenario file; give the path of a TOML "
+                          "file (see the README for its keys)")
     if not path.is_file():
         raise ConfigError(f"no scenario file at {path}; give the path of a TOML file "
                           "(see the README for its keys)")
     try:
-        with open(path, "rb") as fh:
-            user = tomllib.load(fh)
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                          f"{exc.start}); save it as UTF-8") from None
+    try:
+        user = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     return validate_config(user)

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..io import atomic_path  # noqa: E402
+from .config import beta_text  # noqa: E402
 
 __all__ = ["plot_w2_curves", "plot_density_maps", "plot_particles"]
 
@@ -21,18 +22,20 @@ def _save(fig, path):
     return Path(path)
 
 
-def plot_w2_curves(curves: dict, path, gap: float | None = None):
+def plot_w2_curves(runs, path, gap: float | None = None):
     """W2(rho_t, Pi#rho_0) against t on a log scale, one line per run (solid: particles,
-    dashed: spectral), with the zero-temperature prediction ~ e^{-gamma t/2} for reference."""
+    dashed: spectral), with the zero-temperature prediction ~ e^{-gamma t/2} for reference.
+
+    ``runs``: :class:`spherepde.app.scenario.Run` records."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    labels = sorted({k.split("_", 1)[1] for k in curves})
-    colors = dict(zip(labels, plt.cm.viridis(np.linspace(0, 0.9, len(labels)))))
-    for k, (t, w) in curves.items():
-        kind, lab = k.split("_", 1)
-        ax.semilogy(t, np.maximum(w, 1e-16), "-" if kind == "particles" else "--",
-                    color=colors[lab], label=f"{kind}, {lab.replace('beta=', 'β=')}")
-    if gap is not None and "particles_beta=inf" in curves:
-        t, w = curves["particles_beta=inf"]
+    betas = sorted({r.beta for r in runs})
+    colors = dict(zip(betas, plt.cm.viridis(np.linspace(0, 0.9, len(betas)))))
+    for r in runs:
+        ax.semilogy(r.times, np.maximum(r.w2, 1e-16), "-" if r.solver == "particles" else "--",
+                    color=colors[r.beta], label=r.title)
+    zero_t = [r for r in runs if r.solver == "particles" and np.isinf(r.beta)]
+    if gap is not None and zero_t:
+        t, w = zero_t[0].times, zero_t[0].w2
         ax.semilogy(t, w[0] * np.exp(-gap * t / 2), ":", color="k", lw=1, label="e^{-γt/2}")
     ax.set_xlabel("t")
     ax.set_ylabel("W2(ρ_t, Π#ρ_0)  (chordal)")
@@ -41,21 +44,21 @@ def plot_w2_curves(curves: dict, path, gap: float | None = None):
     return _save(fig, path)
 
 
-def plot_density_maps(snapshots: dict, path):
+def plot_density_maps(runs, path):
     """Spectral densities on a (longitude, colatitude) map at a few times, one row per beta."""
-    rows = [(k, v) for k, v in snapshots.items() if k.startswith("spectral") and "densities" in v]
+    rows = [r for r in runs if r.densities is not None]
     if not rows:
         fig, ax = plt.subplots(figsize=(5, 2))
         ax.text(0.5, 0.5, "no spectral run", ha="center", va="center")
         ax.axis("off")
         return _save(fig, path)
-    ncol = max(len(v["densities"]) for _, v in rows)
+    ncol = max(len(run.densities) for run in rows)
     fig, axes = plt.subplots(len(rows), ncol, figsize=(3.2 * ncol, 1.9 * len(rows)), squeeze=False)
-    for r, (k, v) in enumerate(rows):
-        for c, (dens, t) in enumerate(zip(v["densities"], v["snapshot_times"])):
+    for r, run in enumerate(rows):
+        for c, (dens, t) in enumerate(zip(run.densities, run.snapshot_times)):
             ax = axes[r, c]
             im = ax.imshow(dens, extent=[-180, 180, 180, 0], aspect="auto", cmap="magma")
-            ax.set_title(f"{k.split('_', 1)[1].replace('beta=', 'β=')}, t={t:.2f}", fontsize=8)
+            ax.set_title(f"β={beta_text(run.beta)}, t={t:.2f}", fontsize=8)
             ax.tick_params(labelsize=6)
             if c == 0:
                 ax.set_ylabel("colatitude (°)", fontsize=7)
@@ -68,21 +71,21 @@ def plot_density_maps(snapshots: dict, path):
     return _save(fig, path)
 
 
-def plot_particles(snapshots: dict, x0, e, path):
+def plot_particles(runs, x0, e, path):
     """Tokens at a few times, coordinates (<x, e>, <x, f>) with f ⊥ e, one row per beta."""
-    rows = [(k, v) for k, v in snapshots.items() if k.startswith("particles") and "positions" in v]
+    rows = [r for r in runs if r.positions is not None]
     f = np.linalg.svd(e[None, :])[2][1]
-    ncol = max(len(v["positions"]) for _, v in rows) if rows else 1
+    ncol = max(len(run.positions) for run in rows) if rows else 1
     fig, axes = plt.subplots(max(1, len(rows)), ncol, figsize=(2.4 * ncol, 2.4 * max(1, len(rows))),
                              squeeze=False)
-    for r, (k, v) in enumerate(rows):
-        for c, (pos, t) in enumerate(zip(v["positions"], v["snapshot_times"])):
+    for r, run in enumerate(rows):
+        for c, (pos, t) in enumerate(zip(run.positions, run.snapshot_times)):
             ax = axes[r, c]
             ax.scatter(pos @ e, pos @ f, s=1, alpha=0.4)
             ax.set_xlim(-1.05, 1.05)
             ax.set_ylim(-1.05, 1.05)
             ax.set_aspect("equal")
-            ax.set_title(f"{k.split('_', 1)[1].replace('beta=', 'β=')}, t={t:.2f}", fontsize=8)
+            ax.set_title(f"β={beta_text(run.beta)}, t={t:.2f}", fontsize=8)
             ax.tick_params(labelsize=6)
     fig.suptitle("tokens projected on (<x, e>, <x, f>), e the dominant eigenvector of A, f ⊥ e",
                  fontsize=9)

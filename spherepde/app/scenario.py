@@ -12,29 +12,41 @@ Outputs in ``<out>/``: ``results.npz`` (curves and parameters), ``scenario.json`
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import os
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .. import io
-from .config import load_config, validate_config
+from .. import __version__, io
+from .config import beta_text, load_config, used_scenario, validate_config
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
 
-__all__ = ["build_model", "build_initial", "run_scenario"]
+__all__ = ["Task", "Run", "tasks_of", "run_one", "run_scenario", "build_model", "build_initial",
+           "OutputError", "RunInterrupted"]
+
+#: Version of the layout of a saved run; a file of another format (or another package
+#: version, see :attr:`Task.key`) is recomputed, not loaded.
+RESULT_FORMAT = 2
 
 #: The spectral runs end once the density's negative mass exceeds this: past it the density is
 #: no longer resolved at the chosen lmax, and the curve would measure the truncation instead.
 NEGATIVE_MASS_STOP = 1e-3
 
 
+def _unit(v) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64)
+    v = v / np.abs(v).max()  # first by the largest entry: no overflow for entries near 1e308
+    return v / np.linalg.norm(v)
+
+
 def rotation_matrix(axis, angle: float) -> np.ndarray:
     """Rotation by ``angle`` about ``axis`` (Rodrigues)."""
-    k = np.asarray(axis, dtype=np.float64)
-    k = k / np.linalg.norm(k)
+    k = _unit(axis)
     Kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
     return np.eye(3) + math.sin(angle) * Kx + (1 - math.cos(angle)) * (Kx @ Kx)
 
@@ -44,131 +56,309 @@ def build_model(cfg: dict, beta: float) -> Model:
     m = cfg["model"]
     O = rotation_matrix(m["rotation_axis"], m["rotation_angle"])
     S = np.diag(m["eigenvalues"])
-    return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"])
+    return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"],
+                 rescale_time=m["rescale_time"])
 
 
 def build_initial(cfg: dict):
+    """ρ_0 of the scenario: uniform, one von Mises–Fisher cap, or two caps ("bimodal": means
+    ``mean`` and ``mean2``, the same ``kappa``, masses ``weights``)."""
     ini = cfg["initial"]
     if ini["kind"] == "uniform":
         return Uniform(3)
-    mean = np.asarray(ini["mean"])
     if ini["kind"] == "vmf":
-        return VonMisesFisher(mean, ini["kappa"])
-    return Mixture([VonMisesFisher(mean, ini["kappa"]), VonMisesFisher(-mean[[1, 2, 0]], ini["kappa"])],
-                   [0.6, 0.4])
+        return VonMisesFisher(_unit(ini["mean"]), ini["kappa"])
+    return Mixture([VonMisesFisher(_unit(ini["mean"]), ini["kappa"]),
+                    VonMisesFisher(_unit(ini["mean2"]), ini["kappa"])], list(ini["weights"]))
 
 
-def _beta_label(beta: float) -> str:
-    return "inf" if math.isinf(beta) else f"{beta:g}"
+@dataclass(frozen=True)
+class Task:
+    """One unit of work of a scenario: a solver at one inverse temperature.
+
+    ``scenario`` is the complete validated scenario (a plain dict, so that a task pickles and
+    travels to another process or machine unchanged).
+    """
+
+    solver: str        # "particles" or "spectral"
+    beta: float
+    scenario: dict
+
+    @property
+    def times(self) -> np.ndarray:
+        """Requested output times: the particle grid, or its restriction to [0, spectral.t_end]."""
+        r = self.scenario["run"]
+        if self.solver == "particles":
+            return np.linspace(0.0, r["t_end"], r["n_times"])
+        s = self.scenario["spectral"]
+        n = max(2, int(round(s["t_end"] / r["t_end"] * (r["n_times"] - 1))) + 1)
+        return np.linspace(0.0, min(s["t_end"], r["t_end"]), n)
+
+    @property
+    def key(self) -> str:
+        """Hash of everything the result depends on (and the package version), so that a saved
+        run is reused only for the same work."""
+        used = used_scenario(self.scenario)
+        blob = io.to_json([__version__, RESULT_FORMAT, used["model"], used["initial"],
+                           self.solver, used[self.solver], list(self.times), self.beta])
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def filename(self) -> str:
+        """Name of the saved run under ``runs/`` (a name only; it is never parsed back)."""
+        return f"{self.solver}_beta={beta_text(self.beta)}.npz"
 
 
-def _key(cfg: dict, *parts) -> str:
-    """Hash of the scenario pieces a saved run depends on, to decide whether it can be reused."""
-    blob = json.dumps([cfg["model"], cfg["initial"], *parts], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+@dataclass
+class Run:
+    """The result of one :class:`Task`: the curve W2(ρ_t, Π#ρ_0) and what the figures need.
+
+    Attributes
+    ----------
+    solver : "particles" or "spectral"
+    beta : inverse temperature (``math.inf`` for zero temperature)
+    times : (T,) output times reached (a spectral run may end early, see ``notes``)
+    w2 : (T,) chordal W2 to the projected measure at those times
+    seconds : wall time of the computation
+    notes : dict of short texts: "stopped" (ended early, why), "unresolved" (reached its last
+        time with a density no longer resolved)
+    snapshot_times : (S,) times of the stored snapshots
+    positions : (S, N, 3) token positions (particles) or None
+    densities : (S, nlat, nlon) density on the plot grid (spectral) or None
+    mass, negative_mass : (T,) diagnostics of a spectral run, or None
+    key : :attr:`Task.key` of the task that produced it
+    """
+
+    solver: str
+    beta: float
+    times: np.ndarray
+    w2: np.ndarray
+    seconds: float
+    notes: dict = field(default_factory=dict)
+    snapshot_times: np.ndarray | None = None
+    positions: np.ndarray | None = None
+    densities: np.ndarray | None = None
+    mass: np.ndarray | None = None
+    negative_mass: np.ndarray | None = None
+    key: str = ""
+
+    @property
+    def title(self) -> str:
+        """Display name, e.g. "particles, β=16"."""
+        return f"{self.solver}, β={beta_text(self.beta)}"
+
+    _ARRAYS = ("times", "w2", "snapshot_times", "positions", "densities", "mass", "negative_mass")
+
+    def save(self, path) -> Path:
+        """Write atomically (see :mod:`spherepde.io`)."""
+        arrays = {k: getattr(self, k) for k in self._ARRAYS if getattr(self, k) is not None}
+        meta = {"key": self.key, "solver": self.solver, "beta": beta_text(self.beta),
+                "seconds": self.seconds, "notes": self.notes, "format": RESULT_FORMAT}
+        return io.save_npz(path, meta=meta, **arrays)
+
+    @classmethod
+    def load(cls, path) -> "Run":
+        """Read a file written by :meth:`save`; raises on a damaged or foreign file."""
+        data = io.load_npz(path)
+        meta = data["meta"]
+        return cls(solver=meta["solver"], beta=float(meta["beta"]), seconds=float(meta["seconds"]),
+                   notes=dict(meta["notes"]), key=meta["key"],
+                   **{k: data.get(k) for k in cls._ARRAYS})
 
 
-def _cached(path: Path, key: str, fresh: bool):
+def tasks_of(cfg: dict) -> list[Task]:
+    """The tasks of a validated scenario: particles at every β, then the spectral runs."""
+    solvers = ["particles"] + (["spectral"] if cfg["spectral"]["enabled"] else [])
+    return [Task(s, b, cfg) for s in solvers for b in cfg["run"]["betas"]]
+
+
+def run_one(task: Task) -> Run:
+    """Compute one task: evolve ρ_0 with the task's solver and β, measure W2 to Π#ρ_0.
+
+    Pure: reads nothing, writes nothing; the same task gives the same run.
+    """
+    from ..particles import ParticleSolver
+    from ..wasserstein import w2
+
+    cfg = task.scenario
+    mu0 = build_initial(cfg)
+    model = build_model(cfg, task.beta)
+    ref = reference_model(cfg)
+    times = task.times
+    t0 = time.perf_counter()
+    if task.solver == "particles":
+        p = cfg["particles"]
+        x0 = mu0.sample(p["n"], seed=p["seed"])
+        # Against Pi#mu^N_0 (the empirical half-sphere masses), not Pi#rho_0: the O(N^-1/2)
+        # mass mismatch would otherwise put a floor under the curve.
+        limit = ref.limit_measure(PointCloud(x0))
+        traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(x0, times)
+        vals = np.array([float(w2(traj.measure(i), limit).value) for i in range(len(times))])
+        every = max(1, len(times) // 4)
+        return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
+                   snapshot_times=times[::every], positions=traj.positions[::every], key=task.key)
+    if task.solver != "spectral":
+        raise ValueError(f"unknown solver {task.solver!r}; expected 'particles' or 'spectral'")
+    from ..density import SpectralSolver
+
+    limit = ref.limit_measure(mu0)
+    sol = SpectralSolver(model, lmax=cfg["spectral"]["lmax"]).solve(
+        mu0, times, stop_negative_mass=NEGATIVE_MASS_STOP)
+    reached = sol.times
+    vals = np.array([float(w2(sol.measure(i), limit).value) for i in range(len(reached))])
+    idx = np.unique(np.linspace(0, len(reached) - 1, 4).round().astype(int))
+    grid = _plot_grid()
+    dens = np.stack([sol.density(int(i), grid) for i in idx])
+    diag = getattr(sol, "diagnostics", {}) or {}
+    notes = {k: str(sol.stats[k]) for k in ("stopped", "unresolved") if sol.stats.get(k)}
+    return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
+               snapshot_times=reached[idx], densities=dens, mass=np.asarray(diag["mass"]),
+               negative_mass=np.asarray(diag["negative_mass"]), key=task.key)
+
+
+def reference_model(cfg: dict) -> Model:
+    """The model whose Π defines the limit: zero temperature for SA, the first β for USA
+    (Π depends only on A, so any β gives the same projection)."""
+    m = cfg["model"]
+    beta = math.inf if m["normalized"] else cfg["run"]["betas"][0]
+    # without the time change of rescale_time: the report states A = V B^T as configured
+    return build_model({**cfg, "model": {**m, "rescale_time": False}}, beta)
+
+
+class OutputError(RuntimeError):
+    """The output folder cannot be used (a file, read-only, in use by another run)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; says how many runs finished (they are saved and will be reused)."""
+
+    def __init__(self, finished: int, total: int, folder: Path):
+        super().__init__(f"{finished} of {total} runs finished and are saved in {folder}; "
+                         "run the same command again to resume from them")
+        self.finished, self.total, self.folder = finished, total, folder
+
+
+#: Present while a run writes into a folder; the other top-level files may still belong to
+#: the previous scenario until it is gone.
+IN_PROGRESS = "IN_PROGRESS"
+
+
+def _load_saved(task: Task, path: Path, fresh: bool, notify) -> Run | None:
+    """The saved run of ``task``, or None when it must be computed (absent, damaged, from
+    another version or another scenario); a damaged or foreign file gets a one-line notice."""
     if fresh or not path.exists():
         return None
     try:
-        data = io.load_npz(path)
-    except Exception:  # a damaged file is recomputed, not trusted
+        run = Run.load(path)
+    except Exception as exc:  # a damaged file is recomputed, never trusted
+        notify(f"runs/{path.name} is damaged ({type(exc).__name__}); recomputing it")
         return None
-    return data if data.get("meta", {}).get("key") == key else None
+    if run.key != task.key:
+        notify(f"runs/{path.name} was written by another spherepde version or for another "
+               "scenario; recomputing it")
+        return None
+    return run
+
+
+def _prepare_folder(out: Path) -> None:
+    """Create ``out/runs``, turning the ways this fails into one-line :class:`OutputError`."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"the output folder {out} is a file; give another --out (or "
+                          "[output] dir)")
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputError(f"cannot create the output folder {out}: a part of its path is a "
+                          "file; give another --out (or [output] dir)") from None
+    except OSError as exc:
+        raise OutputError(f"cannot create the output folder {out}: {exc.strerror}; give a "
+                          "writable --out (or [output] dir)") from None
+    if not os.access(out, os.W_OK) or not os.access(out / "runs", os.W_OK):
+        raise OutputError(f"the output folder {out} is not writable; give a writable --out "
+                          "(or [output] dir)")
 
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,
-                 fresh: bool = False, progress: bool = True) -> dict:
+                 fresh: bool = False, progress: bool = True, notify=None,
+                 figures: bool = True) -> dict:
     """Run a scenario (the default one when ``cfg`` is None) and write its outputs.
 
-    Returns a dict with the output folder, the curves and the headline numbers.
+    Maps :func:`run_one` over :func:`tasks_of`, reusing the runs saved under ``<out>/runs/``.
+    The folder is locked for the duration (a second run on it raises :class:`OutputError`);
+    ``<out>/IN_PROGRESS`` marks it until every top-level file describes this scenario.
+
+    Parameters
+    ----------
+    notify : callable notify(text), optional
+        Receives one-line notices (a damaged saved run, ...); default: print to stderr.
+    figures : bool
+        Draw the figures (False: results, summary and scenario only).
+
+    Returns a dict with the output folder, the :class:`Run` records, how many were reused,
+    the fitted rate and the summary text. Ctrl-C raises :class:`RunInterrupted`.
     """
     from tqdm.auto import tqdm
 
-    from ..particles import ParticleSolver
-    from ..wasserstein import w2
+    if notify is None:
+        def notify(text):
+            print(f"spherepde: {text}", file=sys.stderr)
 
     if cfg is None or isinstance(cfg, (str, Path)):
         cfg = load_config(cfg)
     else:
         cfg = validate_config(cfg)
     out = Path(out or cfg["output"]["dir"])
-    runs = out / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    io.write_json(out / "scenario.json", cfg)
-
-    mu0 = build_initial(cfg)
-    r, p, s = cfg["run"], cfg["particles"], cfg["spectral"]
-    times = np.linspace(0.0, r["t_end"], r["n_times"])
-    x0 = mu0.sample(p["n"], seed=p["seed"])
-    betas = r["betas"]
-    ref_model = build_model(cfg, math.inf if cfg["model"]["normalized"] else betas[0])
-    report = ref_model.check_assumptions()
-    limit = ref_model.limit_measure(mu0)  # Pi#rho_0: two atoms, masses by quadrature
-    limit_particles = ref_model.limit_measure(PointCloud(x0))  # Pi#mu^N_0
-    e = ref_model.dominant_subspace()[:, 0]
-
-    spectral_ok = s["enabled"]
-    spectral_note = "disabled in the scenario ([spectral] enabled = false)"
-    if spectral_ok:
-        try:
-            from ..density import SpectralSolver
-        except ImportError as exc:  # pragma: no cover - reported in the summary
-            spectral_ok = False
-            spectral_note = f"unavailable: {exc}"
-    n_spec = max(2, int(round(s["t_end"] / r["t_end"] * (r["n_times"] - 1))) + 1)
-    t_spec = np.linspace(0.0, min(s["t_end"], r["t_end"]), n_spec)
-
-    tasks = [("particles", b) for b in betas] + ([("spectral", b) for b in betas] if spectral_ok else [])
-    curves: dict = {}
-    snapshots: dict = {}
-    timings: dict = {}
-    bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
-    for kind, beta in bar:
-        label = f"{kind}_beta={_beta_label(beta)}"
-        bar.set_postfix_str(label)
-        model = build_model(cfg, beta)
-        path = runs / f"{label}.npz"
-        if kind == "particles":
-            key = _key(cfg, "particles", p, list(times), beta)
-        else:
-            key = _key(cfg, "spectral", s, list(t_spec), beta)
-        data = _cached(path, key, fresh)
-        if data is None:
-            t0 = time.perf_counter()
-            if kind == "particles":
-                traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(x0, times)
-                # Against Pi#mu^N_0 (the empirical half-sphere masses), not Pi#rho_0: the
-                # O(N^-1/2) mass mismatch would otherwise put a floor under the curve.
-                vals = np.array([float(w2(traj.measure(i), limit_particles).value)
-                                 for i in range(len(times))])
-                data = {"times": times, "w2": vals, "positions": traj.positions[:: max(1, len(times) // 4)],
-                        "snapshot_times": times[:: max(1, len(times) // 4)]}
+    _prepare_folder(out)
+    folder = out / "runs"
+    try:
+        lock = io.FolderLock(out).__enter__()
+    except io.FolderBusyError as exc:
+        raise OutputError(f"{exc}: another spherepde run is writing there; wait for it to "
+                          "finish or give another --out") from None
+    except OSError as exc:
+        raise OutputError(f"cannot write into {out}: {exc.strerror}; give a writable --out "
+                          "(or [output] dir)") from None
+    tasks = tasks_of(cfg)
+    runs: list[Run] = []
+    reused = 0
+    try:
+        io.remove_partial(out)
+        io.remove_partial(folder)
+        io.write_text(out / IN_PROGRESS,
+                      "A spherepde run is writing into this folder (or was stopped). Until this "
+                      "file is gone, the other files here may describe the previous scenario; "
+                      "run the same command again to finish.\n")
+        bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
+        for task in bar:
+            bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
+            path = folder / task.filename
+            run = _load_saved(task, path, fresh, notify)
+            if run is None:
+                run = run_one(task)
+                run.save(path)
             else:
-                sol = SpectralSolver(model, lmax=s["lmax"]).solve(
-                    mu0, t_spec, stop_negative_mass=NEGATIVE_MASS_STOP)
-                t_spec_run = sol.times
-                vals = np.array([float(w2(sol.measure(i), limit).value) for i in range(len(t_spec_run))])
-                idx = np.unique(np.linspace(0, len(t_spec_run) - 1, 4).round().astype(int))
-                grid = _plot_grid()
-                dens = np.stack([sol.density(int(i), grid) for i in idx])
-                diag = getattr(sol, "diagnostics", {}) or {}
-                data = {"times": t_spec_run, "w2": vals, "densities": dens,
-                        "snapshot_times": t_spec_run[idx], "mass": np.asarray(diag["mass"]),
-                        "negative_mass": np.asarray(diag["negative_mass"]),
-                        "stopped": np.array(sol.stats.get("stopped", "")),
-                        "unresolved": np.array(sol.stats.get("unresolved", ""))}
-            data["seconds"] = np.array(time.perf_counter() - t0)
-            io.save_npz(path, meta={"key": key, "beta": _beta_label(beta), "kind": kind}, **data)
-        curves[label] = (np.asarray(data["times"]), np.asarray(data["w2"]))
-        snapshots[label] = data
-        timings[label] = float(data["seconds"])
+                reused += 1
+            runs.append(run)
 
-    rate = _fit_zero_temperature_rate(curves, betas, report)
-    summary = _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles, e,
-                             report, rate, x0, None if spectral_ok else spectral_note)
-    return {"out": out, "curves": curves, "rate": rate, "summary": summary}
+        mu0 = build_initial(cfg)
+        ref = reference_model(cfg)
+        report = ref.check_assumptions()
+        p = cfg["particles"]
+        x0 = mu0.sample(p["n"], seed=p["seed"])
+        limit = ref.limit_measure(mu0)
+        limit_particles = ref.limit_measure(PointCloud(x0))
+        e = ref.dominant_subspace()[:, 0]
+        rate = _fit_zero_temperature_rate(runs, report)
+        spectral_note = None if cfg["spectral"]["enabled"] else \
+            "disabled in the scenario ([spectral] enabled = false)"
+        summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
+                                 spectral_note, figures)
+        (out / IN_PROGRESS).unlink()
+    except KeyboardInterrupt:
+        raise RunInterrupted(len(runs), len(tasks), folder) from None
+    finally:
+        lock.__exit__(None, None, None)
+    return {"out": out, "runs": runs, "reused": reused, "rate": rate, "summary": summary}
 
 
 def _plot_grid(n: int = 90):
@@ -178,13 +368,13 @@ def _plot_grid(n: int = 90):
     return np.stack([np.sin(T) * np.cos(P), np.sin(T) * np.sin(P), np.cos(T)], -1)
 
 
-def _fit_zero_temperature_rate(curves, betas, report):
-    """Fit log W2 ~ -r t on the second half of the beta = inf particle curve; SPEC §3.1
+def _fit_zero_temperature_rate(runs: list[Run], report):
+    """Fit log W2 ~ -r t on the second half of the beta = inf particle curve; docs/theory.md
     predicts r = gamma/2 (c = 1, dim E = 1)."""
-    label = "particles_beta=inf"
-    if label not in curves:
+    run = next((r for r in runs if r.solver == "particles" and math.isinf(r.beta)), None)
+    if run is None:
         return None
-    t, w = curves[label]
+    t, w = run.times, run.w2
     sel = (t >= t[-1] / 2) & (w > 0)
     if sel.sum() < 3:
         return None
@@ -193,26 +383,45 @@ def _fit_zero_temperature_rate(curves, betas, report):
             "window": [float(t[sel][0]), float(t[sel][-1])]}
 
 
-def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles, e, report, rate,
-                   x0, spectral_note):
-    from . import plotting
+def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report, rate, x0,
+                   spectral_note, figures=True):
 
     arrays = {}
-    for label, (t, w) in curves.items():
-        arrays[f"{label}/times"] = t
-        arrays[f"{label}/w2"] = w
+    for run in runs:
+        # Flat names for readers of the .npz (NumPy has no groups); built here, never parsed.
+        name = f"{run.solver}_beta={beta_text(run.beta)}"
+        arrays[f"{name}/times"] = run.times
+        arrays[f"{name}/w2"] = run.w2
     arrays["limit_points"] = limit.points
     arrays["limit_weights"] = limit.weights
-    io.save_npz(out / "results.npz", meta={"scenario": cfg, "cost": "chordal",
+    used = used_scenario(cfg)
+    io.save_npz(out / "results.npz", meta={"scenario": used, "cost": "chordal",
                                            "gap": report.gap, "rate": rate}, **arrays)
-    plotting.plot_w2_curves(curves, out / "w2_to_limit.png", gap=report.gap)
-    plotting.plot_density_maps(snapshots, out / "densities.png")
-    plotting.plot_particles(snapshots, x0, e, out / "particles.png")
+    io.write_json(out / "scenario.json", used)
+    figure_names = ("w2_to_limit.png", "densities.png", "particles.png")
+    if figures:
+        from . import plotting
 
+        plotting.plot_w2_curves(runs, out / figure_names[0], gap=report.gap)
+        plotting.plot_density_maps(runs, out / figure_names[1])
+        plotting.plot_particles(runs, x0, e, out / figure_names[2])
+    else:  # figures of an earlier scenario would describe another run
+        for name in figure_names:
+            (out / name).unlink(missing_ok=True)
+
+    if cfg["model"]["normalized"]:
+        attention = "softmax-normalized self-attention (SA)"
+    else:
+        attention = ("unnormalized self-attention (USA: no softmax denominator, so tokens move "
+                     "at speeds up to e^beta; the projection Pi is the same as for SA)")
+        if cfg["model"]["rescale_time"]:
+            attention += (", with time measured in units of the kernel's maximum e^beta "
+                          "(model.rescale_time = true: t here is e^-beta times USA's time)")
     lines = ["# spherepde run: low-temperature concentration on S^2", "",
-             "Tokens and their density evolve under softmax attention with B = Q^T K a rotation "
-             "and A = V B^T symmetric (SPEC §3.1). W2 is the chordal Wasserstein-2 distance "
-             "to the projected measure Pi#rho_0 = m+ delta_e + m- delta_{-e}.", "",
+             f"Tokens and their density evolve under {attention} with B = Q^T K a rotation "
+             "and A = V B^T symmetric (docs/theory.md, section 3.1). W2 is the chordal "
+             "Wasserstein-2 distance to the projected measure Pi#rho_0 = m+ delta_e + m- "
+             "delta_{-e}.", "",
              "## Model", "", "```", str(report), "```", "",
              f"Pi#rho_0: e = {np.array2string(e, precision=4)}, m+ = {limit.weights[0]:.6f}, "
              f"m- = {limit.weights[1]:.6f} (half-sphere masses by quadrature). The particles "
@@ -222,31 +431,30 @@ def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles,
              "## W2(rho_t, Pi#rho_0)", "",
              "| run | min W2 | t at min | W2 at last time | last time | seconds |",
              "|---|---|---|---|---|---|"]
-    for label, (t, w) in curves.items():
+    for run in runs:
+        t, w = run.times, run.w2
         i = int(np.argmin(w))
-        lines.append(f"| {label} | {w[i]:.4g} | {t[i]:.3g} | {w[-1]:.4g} | {t[-1]:.3g} | "
-                     f"{timings[label]:.1f} |")
+        lines.append(f"| {run.title} | {w[i]:.4g} | {t[i]:.3g} | {w[-1]:.4g} | {t[-1]:.3g} | "
+                     f"{run.seconds:.1f} |")
     lines.append("")
-    stops = [(k, "ended early", str(v["stopped"])) for k, v in snapshots.items()
-             if str(v.get("stopped", ""))]
-    stops += [(k, "reached its last time, but", str(v["unresolved"])) for k, v in snapshots.items()
-              if str(v.get("unresolved", ""))]
-    for k, what, why in stops:
-        lines.append(f"- {k} {what}: {why}.")
+    stops = [(r.title, "ended early", r.notes["stopped"]) for r in runs if r.notes.get("stopped")]
+    stops += [(r.title, "reached its last time, but", r.notes["unresolved"]) for r in runs
+              if r.notes.get("unresolved")]
+    for title, what, why in stops:
+        lines.append(f"- {title} {what}: {why}.")
     if stops:
         lines.append("")
     if rate is not None:
         lines.append(f"Zero-temperature decay: fitted rate {rate['fitted']:.4f} on t in "
                      f"[{rate['window'][0]:.2g}, {rate['window'][1]:.2g}] against the predicted "
-                     f"gamma/2 = {rate['predicted']:.4f} (SPEC §3.1).")
-    pairs = [(k, k.replace("particles", "spectral")) for k in curves if k.startswith("particles")]
+                     f"gamma/2 = {rate['predicted']:.4f} (docs/theory.md, section 3.1).")
+    spectral = {r.beta: r for r in runs if r.solver == "spectral"}
     diffs = []
-    for kp, ks in pairs:
-        if ks in curves:
-            tp, wp = curves[kp]
-            ts, ws = curves[ks]
-            common = np.interp(ts, tp, wp)
-            diffs.append(f"| {kp.split('_', 1)[1]} | {np.max(np.abs(common - ws)):.3g} |")
+    for rp in runs:
+        rs = spectral.get(rp.beta) if rp.solver == "particles" else None
+        if rs is not None:
+            common = np.interp(rs.times, rp.times, rp.w2)
+            diffs.append(f"| {beta_text(rp.beta)} | {np.max(np.abs(common - rs.w2)):.3g} |")
     if diffs:
         lines += ["", "## Particles against the density", "",
                   "Largest |W2_particles - W2_spectral| over the spectral times (the particle "
@@ -254,8 +462,8 @@ def _write_outputs(out, cfg, curves, snapshots, timings, limit, limit_particles,
                   "| beta | max difference |", "|---|---|", *diffs]
     elif spectral_note:
         lines += ["", f"The spectral solver was not run: {spectral_note}."]
-    lines += ["", "Files: results.npz, scenario.json, w2_to_limit.png, densities.png, particles.png, "
-              "runs/ (one file per finished run; a rerun reuses them)."]
+    files = "results.npz, scenario.json, " + (", ".join(figure_names) + ", " if figures else "")
+    lines += ["", f"Files: {files}runs/ (one file per finished run; a rerun reuses them)."]
     text = "\n".join(lines) + "\n"
     io.write_text(out / "summary.md", text)
     return text

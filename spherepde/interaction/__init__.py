@@ -55,10 +55,21 @@ register_backend = register_kernel
 available_backends = available_kernels
 
 
-def resolve_kernel(kernel: str, m: int, n: int) -> str:
-    """The kernel that ``kernel="auto"`` means for m queries and n keys (else ``kernel``)."""
+def resolve_kernel(kernel: str, m: int, n: int, *, kappa: float | None = None,
+                   d: int | None = None) -> str:
+    """The kernel that ``kernel="auto"`` means for m queries and n keys (else ``kernel``).
+
+    Given kappa = beta·|B|_2 and d (as :meth:`spherepde.Model.attention` does), "auto" takes
+    the harmonic kernel on S^1 and S^2 where its measured cost model says it beats the fused
+    kernel (:func:`spherepde.interaction.harmonic.harmonic_is_faster`)."""
     if kernel != "auto":
         return kernel
+    if (kappa is not None and d in (2, 3) and np.isfinite(kappa) and m * n >= AUTO_NUMBA_SIZE
+            and KERNELS.installed("harmonic")):
+        from .harmonic import harmonic_is_faster
+
+        if harmonic_is_faster(m, n, kappa):
+            return "harmonic"
     if m * n >= AUTO_NUMBA_SIZE and KERNELS.installed("numba"):
         return "numba"
     return "numpy"

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-__all__ = ["LOG_FLOAT_MAX", "log_weights", "usa_overflow_error", "check_usa_overflow",
-           "usa_scale", "exp_times"]
+__all__ = ["LOG_FLOAT_MAX", "log_weights", "USAOverflowError", "usa_overflow_error",
+           "check_usa_overflow", "usa_scale", "exp_times"]
 
 #: log of the largest finite float64, minus a margin for the sum over tokens.
 LOG_FLOAT_MAX = 700.0
@@ -28,8 +28,13 @@ def log_weights(weights) -> np.ndarray:
         return np.where(w > 0, np.log(np.where(w > 0, w, 1.0)), -np.inf)
 
 
+class USAOverflowError(FloatingPointError, ValueError):
+    """A USA field beyond float64: an arithmetic limit that a bad input (beta too large for
+    USA) causes, so it is also a ValueError."""
+
+
 def usa_overflow_error(log_scale: float, beta: float) -> FloatingPointError:
-    return FloatingPointError(
+    return USAOverflowError(
         f"the unnormalized (USA) velocity is of size e^{log_scale:.1f}, beyond float64, at "
         f"beta = {beta:g}; USA moves on the time scale e^(-beta): use normalized=True (SA), "
         "or a smaller beta")

@@ -1,0 +1,737 @@
+r"""The attention field of any measure on S^1 or S^2 from its harmonic moments.
+
+The kernel :math:`e^{\beta\langle x, By\rangle} = e^{\kappa(x)\langle n(x), y\rangle}`, with
+:math:`\kappa(x) = \beta|B^\top x|` and :math:`n(x) = B^\top x/|B^\top x|`, is zonal around
+n(x). By Funk–Hecke it acts on spherical harmonics (S^2) or Fourier modes (S^1) diagonally,
+and its multipliers fall like :math:`e^{-\ell^2/(2\kappa)}`: the attention field of *any*
+measure :math:`\mu`, however sharp, depends only on the moments of :math:`\mu` up to a degree
+:math:`L \approx \sqrt{2\kappa\log(1/\mathrm{tol})}`. Two steps, each O(N + L^2 log L) with
+ducc0's non-equispaced transforms (the fast summation of radial functions on the sphere):
+
+1. *measure -> moments* (:meth:`HarmonicField.moments`, an adjoint synthesis at the atoms;
+   :meth:`HarmonicField.moments_of_coefficients` for a density given by its coefficients;
+   :meth:`HarmonicField.moments_of_cells` for cell masses with quadrature nodes):
+
+   .. math:: S^2:\ \rho_{\ell m} = \int \overline{Y_{\ell m}}\,d\mu, \qquad
+             S^1:\ \rho_k = \frac{1}{2\pi}\int e^{-ik\theta}\,d\mu(\theta),
+
+   the coefficients of :math:`\mu` seen as a density against the surface measure (the layout
+   of :mod:`spherepde.transforms.sht` and of the S^1 Fourier solver).
+2. *moments -> field at arbitrary points* (:meth:`HarmonicField.attention`). On S^2, with
+   the scaled multipliers :math:`g_\ell, r_\ell, q_\ell` of
+   :func:`spherepde.interaction.funk_hecke.spherical_multipliers` (Bessel functions times
+   :math:`e^{-\kappa}`),
+
+   .. math:: G(u) = \sum g_\ell\rho_{\ell m}Y_{\ell m}(u), \quad
+             W(u) = u\sum r_\ell\rho_{\ell m}Y_{\ell m}(u)
+                    + \nabla_S\sum q_\ell\rho_{\ell m}Y_{\ell m}(u),
+
+   are :math:`e^{-\kappa}\int e^{\kappa\langle u,y\rangle}d\mu` and
+   :math:`e^{-\kappa}\int e^{\kappa\langle u,y\rangle}y\,d\mu`; the attention output is
+   :math:`V W(n(x))/G(n(x))` (SA) or :math:`e^{\kappa(x)} V W(n(x))` (USA). On S^1,
+   :math:`G(u) = \sum_k 2\pi e^{-\kappa}I_k(\kappa)\rho_k e^{iku}` and
+   :math:`W(u) = \sum_k 2\pi e^{-\kappa}I_k(\kappa)\rho_{k-1}e^{iku}` with
+   :math:`y = e^{i\varphi}` read as a complex number.
+
+When B = c·O (O orthogonal) :math:`\kappa = \beta c` is one number. For a general invertible
+B the multipliers are expanded in Chebyshev polynomials of :math:`\kappa` on
+:math:`[\beta\sigma_{\min}(B), \beta\sigma_{\max}(B)]`, one synthesis per term (the expansion
+of :class:`spherepde.interaction.funk_hecke.GeneralFunkHecke`, here at arbitrary points).
+
+Error model
+-----------
+For a measure of total variation :math:`|\mu|` the addition theorem
+(:math:`|\sum_m Y_{\ell m}(u)\overline{Y_{\ell m}(y)}| \le (2\ell+1)/4\pi`) and Bernstein's
+inequality (:math:`|\tfrac{d}{d\theta}P_\ell(\cos\theta)| \le \ell`) bound what the
+truncation at L drops, uniformly in u:
+
+.. math:: |G - G_L| + |W - W_L| \le |\mu|\,E(L), \qquad
+          E(L) = \sum_{\ell > L}\frac{2\ell+1}{4\pi}\big(|g_\ell| + |r_\ell| + \ell|q_\ell|\big)
+
+(on S^1 the same with :math:`\sum_{|k|>K}` and :math:`2\pi e^{-\kappa}I_k`). L is the smallest
+degree with :math:`E(L) \le \mathrm{tol}\cdot\bar G`, where
+:math:`\bar G = e^{-\kappa}i_0(\kappa)` (S^2) or :math:`e^{-\kappa}I_0(\kappa)` (S^1) is the
+average of G over the sphere for *every* probability measure. Since :math:`|W| \le G` for a
+positive measure, the SA output at x is then off by at most
+
+.. math:: \|V\|_2\,\frac{|\mu|\,E_{\mathrm{tot}}}{G(x)} \;\lesssim\;
+          \|V\|_2\,\mathrm{tol}\cdot\frac{\bar G}{G(x)}
+
+(:math:`E_{\mathrm{tot}}` adds the Chebyshev and NUFFT errors): relative error tol where the
+measure seen by the kernel at x is at least as dense as the uniform one, and growing like
+:math:`\bar G/G(x)` where it is thinner. At low temperature a query can look into a region
+that holds exponentially little mass (:math:`G(x)/\bar G \sim e^{-\kappa\delta^2/2}` at distance
+δ from the support): no double-precision harmonic expansion resolves that. Every evaluation
+therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points` computes
+the queries whose bound exceeds ``FALLBACK_FACTOR * tol`` by the direct fused kernel
+(exact; their number is kept in ``HarmonicField.stats``).
+
+Cell averages (for a finite-volume solver)
+------------------------------------------
+The moments are linear in the measure, so a density that is constant on each cell is exact
+through :meth:`HarmonicField.moments_of_cells`: give, per cell, quadrature nodes on the cell
+and their weights (normalized to sum 1 on each cell; exact for polynomials of degree >= L on
+the cell for exact cell integrals, or one node at the centroid for the point-mass
+approximation, whose error is the second moment of the cell times the largest multiplier
+curvature, about :math:`\kappa\,h^2` for cells of diameter h) together with the cell masses.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..sphere import orthogonal_factor
+from ..transforms.sht import lm_arrays
+from . import register_kernel
+from .funk_hecke import circular_multipliers, spherical_multipliers
+from .numerics import LOG_FLOAT_MAX, usa_overflow_error
+
+__all__ = ["HarmonicField", "Moments", "attention_harmonic", "field_for", "harmonic_is_faster",
+           "DEFAULT_TOL", "FALLBACK_FACTOR"]
+
+#: Default truncation tolerance: E(L) <= tol · mean of G (module docstring).
+DEFAULT_TOL = 1e-12
+#: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
+FALLBACK_FACTOR = 100.0
+#: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
+NUFFT_EPS_MIN = 2.1e-13
+#: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
+#: 0.42: 100-150 bytes for a spin-1 synthesis at L = 512..2048), with room for our arrays.
+BYTES_PER_DEGREE2 = 256.0
+#: On S^1 with N·(K+1) below this, the moments and fields are exact sums (no NUFFT).
+S1_EXACT_MAX = 1 << 18
+#: The largest number of Chebyshev terms in kappa for a general B.
+MAX_CHEBYSHEV_TERMS = 256
+
+
+def _physical_memory() -> float:
+    """Bytes of physical memory (4 GiB where the OS does not say)."""
+    try:
+        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover (not POSIX)
+        return 4.0 * 2**30
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Moments:
+    r"""The harmonic moments of a (signed) measure up to a degree.
+
+    Attributes
+    ----------
+    d : 3 (S^2) or 2 (S^1)
+    degree : int, L (S^2) or K (S^1)
+    coefficients : complex array
+        S^2: (nlm,) :math:`\rho_{\ell m} = \int\overline{Y_{\ell m}}\,d\mu` for
+        :math:`0 \le m \le \ell \le L` in the m-major layout of
+        :func:`spherepde.transforms.sht.lm_arrays`. S^1: (K + 1,)
+        :math:`\rho_k = \frac{1}{2\pi}\int e^{-ik\theta}d\mu`, k = 0..K.
+    mass : float
+        Total variation :math:`|\mu|` (the sum of |weights|), which scales the error bound.
+    """
+
+    d: int
+    degree: int
+    coefficients: np.ndarray
+    mass: float
+
+
+def _loc(n: np.ndarray) -> np.ndarray:
+    """(theta, phi) of unit vectors n: (m, 3), as ducc0 wants them: (m, 2) contiguous."""
+    loc = np.empty((n.shape[0], 2))
+    loc[:, 0] = np.arccos(np.clip(n[:, 2], -1.0, 1.0))
+    loc[:, 1] = np.arctan2(n[:, 1], n[:, 0])
+    loc[:, 1] %= 2.0 * np.pi
+    return loc
+
+
+def _suffix_sums(terms):
+    """out[l] = sum of terms[l:] (the tail beyond l - 1)."""
+    return np.cumsum(terms[::-1])[::-1]
+
+
+class HarmonicField:
+    r"""The attention field :math:`X[\mu]` on S^1 or S^2 from the moments of :math:`\mu`.
+
+    Parameters
+    ----------
+    B, V : (d, d), d = 2 or 3
+        B = Q^T K invertible (any; B = c·O is the fast case) and the value matrix.
+    beta : float
+        Finite inverse temperature, >= 0.
+    normalized : bool
+        SA (True) or USA (False).
+    tol : float
+        Truncation tolerance; the degree L is the smallest with :math:`E(L) \le
+        \mathrm{tol}\cdot\bar G` (module docstring). The SA output is then accurate to about
+        tol relative to :math:`\|V\|_2` wherever the kernel sees at least the uniform mass.
+    max_memory : float, optional
+        Bytes the transforms may use (default: half of the physical memory).
+    nthreads : int, optional
+        Threads of the ducc0 transforms (default: the CPUs this process may use).
+
+    Attributes
+    ----------
+    degree : int
+        L (S^2) or K (S^1).
+    kappa_range : (float, float)
+        :math:`\beta\sigma_{\min}(B)`, :math:`\beta\sigma_{\max}(B)`.
+    n_terms : int
+        Chebyshev terms in kappa (1 when B = c·O).
+    error_level : float
+        E(L) plus the Chebyshev truncation, per unit mass, in the units of the scaled G.
+    stats : dict
+        ``queries`` and ``fallback`` (queries computed directly) of
+        :meth:`attention_of_points`, cumulative.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from spherepde.interaction.harmonic import HarmonicField
+    >>> field = HarmonicField(np.eye(3), np.eye(3), beta=16.0)
+    >>> field.degree
+    40
+    >>> y = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    >>> mom = field.moments(y, np.array([0.5, 0.5]))
+    >>> field.attention(y, mom).round(6)
+    array([[1.000000e-06, 0.000000e+00, 9.999989e-01],
+           [9.999989e-01, 0.000000e+00, 1.000000e-06]])
+    """
+
+    def __init__(self, B, V, beta: float, normalized: bool = True, *, tol: float = DEFAULT_TOL,
+                 max_memory: float | None = None, nthreads: int | None = None):
+        B = np.asarray(B, dtype=np.float64)
+        V = np.asarray(V, dtype=np.float64)
+        if B.ndim != 2 or B.shape[0] != B.shape[1] or B.shape[0] not in (2, 3):
+            raise ValueError(f"the harmonic kernel works on S^1 and S^2: B must be (2, 2) or "
+                             f"(3, 3); got shape {B.shape}. Use kernel='numba' in higher d")
+        if V.shape != B.shape:
+            raise ValueError(f"V must have the shape of B, {B.shape}; got {V.shape}")
+        beta = float(beta)
+        if not np.isfinite(beta) or beta < 0:
+            raise ValueError(f"the harmonic kernel needs a finite beta >= 0; got {beta} (beta = "
+                             "inf is the local zero-temperature field, no kernel needed)")
+        tol = float(tol)
+        if not (NUFFT_EPS_MIN <= tol < 1):
+            raise ValueError(f"tol must lie in [{NUFFT_EPS_MIN:g}, 1); got {tol}")
+        self.d = B.shape[0]
+        self.B, self.V, self.beta, self.normalized, self.tol = B, V, beta, bool(normalized), tol
+        self.nthreads = _default_threads() if nthreads is None else int(nthreads)
+        sv = np.linalg.svd(B, compute_uv=False)
+        if not sv[-1] > 1e-12 * sv[0]:
+            raise ValueError(f"B must be invertible for the harmonic kernel (singular values "
+                             f"{sv}); use kernel='numba'")
+        self.kappa_range = (beta * float(sv[-1]), beta * float(sv[0]))
+        fac = orthogonal_factor(B)
+        self.zonal = fac is not None
+        self.norm_V = float(np.linalg.norm(V, 2))
+        self.max_memory = 0.5 * _physical_memory() if max_memory is None else float(max_memory)
+        self.nufft_eps = NUFFT_EPS_MIN
+        self.degree = self._choose_degree()
+        self._coef = self._kappa_expansion()
+        self.n_terms = self._coef.shape[0]
+        if self.d == 3:
+            self._l, self._m = lm_arrays(self.degree)
+            self._sqrt_llp1 = np.sqrt(self._l * (self._l + 1.0))
+        self.error_level = self._error_level()
+        self.stats = {"queries": 0, "fallback": 0}
+
+    @classmethod
+    def from_model(cls, model, **kw) -> "HarmonicField":
+        """The field of a :class:`spherepde.Model` (its B, V, beta, SA/USA)."""
+        return cls(model.B, model.V, model.beta, model.normalized, **kw)
+
+    # ------------------------------------------------------------------ set-up
+    def _multipliers(self, kappa, n):
+        """Scaled multipliers at kappa for degrees 0..n: (3, n + 1) on S^2, (1, n + 1) on S^1."""
+        if self.d == 3:
+            return np.stack(spherical_multipliers(n, kappa))
+        return circular_multipliers(n, kappa)[None]
+
+    def _tails(self, kappa, n):
+        """(tail, mean of G) at kappa: tail[L] = E(L) for L = 0..n - 1, from multipliers up to
+        degree n + 2 + 8·sqrt(kappa + 1) (beyond, e^{-l^2/(2 kappa)} < e^{-32} of what is kept)."""
+        top = n + 2 + int(8.0 * math.sqrt(kappa + 1.0))
+        mult = self._multipliers(kappa, top)
+        if self.d == 3:
+            g, r, q = np.abs(mult)
+            ell = np.arange(g.size)
+            cum = _suffix_sums((2 * ell + 1) / (4.0 * np.pi) * (g + r + ell * q))
+            return cum[1: n + 1], mult[0, 0] / (4.0 * np.pi)  # E(L) sums l > L
+        # S^1: G drops |k| > K; W pairs e^{-kappa} I_k with rho_{k-1} and drops k > K and
+        # k = -K, ...; each term is at most e^{-kappa} I_|k| per unit mass
+        cum = _suffix_sums(np.abs(mult[0]))
+        K = np.arange(n)
+        return (3.0 * cum[K + 1] + cum[K]) / (2.0 * np.pi), mult[0, 0] / (2.0 * np.pi)
+
+    def _tail(self, kappa, L):
+        """(E(L), mean of G) at kappa."""
+        tail, Gbar = self._tails(kappa, L + 1)
+        return tail[L], Gbar
+
+    def _choose_degree(self) -> int:
+        """The smallest L with E(L) <= tol · mean G over the kappa range (checked at its ends
+        and its middle: the relative tail grows with kappa)."""
+        kmin, kmax = self.kappa_range
+        # the tail is ~ e^{-L^2/(2 kappa)} and the mean of G ~ 1/(2 kappa): L is below
+        # sqrt(2 kappa (log(1/tol) + log(2 kappa) + 8)) + 16
+        n = int(math.sqrt(2.0 * kmax * (math.log(1.0 / self.tol) + math.log(2.0 * kmax + 2.0)
+                                        + 8.0))) + 16
+        L = 1
+        for k in sorted({kmin, 0.5 * (kmin + kmax), kmax}):
+            tail, Gbar = self._tails(k, n)
+            good = np.nonzero(tail <= self.tol * Gbar)[0]
+            if good.size == 0:  # pragma: no cover (the estimate of n failed)
+                raise RuntimeError(f"no degree below {n} meets tol = {self.tol} at kappa = {k}")
+            L = max(L, int(good[0]))
+        self._check_memory(L)
+        return L
+
+    def _check_memory(self, L):
+        if self.d != 3:
+            need = 64.0 * (L + 1)  # S^1: a few arrays of 2K + 3 modes
+        else:
+            need = BYTES_PER_DEGREE2 * (L + 1) ** 2
+        if need > self.max_memory:
+            raise MemoryError(
+                f"the harmonic kernel needs degree L = {L} for beta = {self.beta:g} "
+                f"(beta·|B| = {self.kappa_range[1]:.4g}) at tol = {self.tol:g}: about "
+                f"{need / 2**30:.1f} GiB, more than the {self.max_memory / 2**30:.1f} GiB allowed. "
+                "Use kernel='numba' (direct, O(N^2) time, O(N) memory), a larger tol, or "
+                "max_memory=... if the machine has the memory")
+
+    def _kappa_expansion(self) -> np.ndarray:
+        """Chebyshev coefficients (P, ncomp, L + 1) in s in [-1, 1], kappa = mid + half·s, of
+        the scaled multipliers; P = 1 (the multipliers themselves) when kappa is one number."""
+        L = self.degree
+        kmin, kmax = self.kappa_range
+        if self.zonal or kmax - kmin <= 1e-14 * max(1.0, kmax):
+            return self._multipliers(0.5 * (kmin + kmax), L)[None]
+        mid, half = 0.5 * (kmax + kmin), 0.5 * (kmax - kmin)
+        weight = self._bound_weights(L)
+        # each (component, degree) may drop up to its share of tol · mean G (at kmax, where it
+        # is smallest), but need not go below the accuracy (~1e-13 relative, scipy's ive at
+        # large orders, measured) of its own largest coefficient
+        share = 0.5 * self.tol * self._tail(kmax, L)[1] / weight.sum()
+
+        def values(s):
+            return np.stack([self._multipliers(mid + half * si, L).ravel() for si in s])
+
+        P = 8
+        while True:
+            c = np.polynomial.chebyshev.chebinterpolate(values, P - 1).reshape(P, -1, L + 1)
+            floor = np.maximum(share, 1e-13 * np.abs(c).max(axis=0))
+            small = np.abs(c) <= floor  # (P, ncomp, L + 1)
+            if small[-2:].all() or P >= MAX_CHEBYSHEV_TERMS:
+                # keep up to the last term that is not negligible somewhere
+                big = np.nonzero(~small.all(axis=(1, 2)))[0]
+                keep = int(big[-1]) + 1 if big.size else 1
+                # dropped terms above the accuracy floor count in the uniform bound; those at
+                # the floor are a relative error of each multiplier, counted with the
+                # numerical error (relative to the field's size, see _numerical_error)
+                rest = np.abs(c[keep:])
+                at_floor = rest <= 1e-13 * np.abs(c).max(axis=0)
+                self._cheb_error = float((np.where(at_floor, 0.0, rest) * weight).sum())
+                scale = np.abs(c).max(axis=0)
+                self._cheb_rel = float(np.max(np.where(at_floor, rest, 0.0).sum(axis=0)
+                                              / np.where(scale > 0, scale, 1.0), initial=0.0))
+                return c[:keep]
+            P *= 2
+
+    def _bound_weights(self, L):
+        """Per (component, degree) factors of the uniform bound: (2l+1)/4pi · (1, 1, l) on S^2,
+        2/(2 pi) for each of G and W on S^1 (modes +-k)."""
+        ell = np.arange(L + 1)
+        if self.d == 3:
+            w = (2 * ell + 1) / (4.0 * np.pi)
+            return np.stack([w, w, ell * w])
+        return np.full((1, L + 1), 4.0 / (2.0 * np.pi))
+
+    def _error_level(self) -> float:
+        """E(L) + the Chebyshev truncation, per unit mass (largest over the kappa range)."""
+        kmin, kmax = self.kappa_range
+        trunc = max(self._tail(k, self.degree)[0] for k in {kmin, 0.5 * (kmin + kmax), kmax})
+        return trunc + getattr(self, "_cheb_error", 0.0)
+
+    def _numerical_error(self, mom: Moments, G) -> float:
+        """What the non-equispaced transforms and round-off add to |G - G_L| + |W - W_L|.
+
+        ducc0's error, measured against exact sums at kappa = 16..4000 for spread and for
+        clustered measures (L up to 530), stays below ``nufft_eps`` times the larger of the
+        RMS of the field over the sphere and its largest value (at most half of it); G, W_r and
+        the two gradient components are each counted, the RMS of the Chebyshev terms add up,
+        and the Chebyshev coefficients' own accuracy floor (relative) adds to eps."""
+        rms = 0.0
+        power = np.abs(mom.coefficients) ** 2
+        for c in self._coef[:, 0]:  # the G component of every Chebyshev term
+            if self.d == 3:
+                wm = np.where(self._m == 0, 1.0, 2.0)
+                rms += math.sqrt(float(np.sum(wm * c[self._l] ** 2 * power)) / (4.0 * np.pi))
+            else:
+                a = c ** 2 * power
+                rms += math.sqrt(float(a[0] + 2.0 * a[1:].sum()))
+        top = float(np.max(np.abs(G), initial=0.0)) if G is not None else 0.0
+        rel = self.nufft_eps + getattr(self, "_cheb_rel", 0.0)
+        return 4.0 * rel * max(rms, top)
+
+    # ------------------------------------------------------------------ measure -> moments
+    def moments(self, points, weights=None) -> Moments:
+        r"""Moments up to :attr:`degree` of :math:`\mu = \sum_j w_j\delta_{y_j}`.
+
+        Parameters
+        ----------
+        points : (n, d) unit vectors
+        weights : (n,) real, optional (default 1/n); signed weights are allowed
+
+        Returns
+        -------
+        Moments
+        """
+        y = np.asarray(points, dtype=np.float64)
+        if y.ndim != 2 or y.shape[1] != self.d:
+            raise ValueError(f"points must have shape (n, {self.d}); got {y.shape}")
+        n = y.shape[0]
+        w = np.full(n, 1.0 / max(n, 1)) if weights is None else np.asarray(weights, np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"weights must have shape ({n},); got {w.shape}")
+        mass = float(np.abs(w).sum())
+        L = self.degree
+        if self.d == 3:
+            import ducc0
+
+            a = ducc0.sht.adjoint_synthesis_general(
+                map=w[None], spin=0, lmax=L, loc=_loc(y), epsilon=self.nufft_eps,
+                nthreads=self.nthreads)[0]
+            return Moments(3, L, a, mass)
+        theta = np.arctan2(y[:, 1], y[:, 0])
+        if n * (L + 1) <= S1_EXACT_MAX:
+            rho = np.exp(-1j * np.outer(np.arange(L + 1), theta)) @ w
+        else:
+            import ducc0
+
+            full = ducc0.nufft.nu2u(points=w.astype(np.complex128), coord=theta[:, None],
+                                    forward=True, epsilon=self.nufft_eps, nthreads=self.nthreads,
+                                    out=np.empty(2 * L + 1, dtype=np.complex128))
+            rho = full[L:]  # modes -L..L; keep k >= 0
+        return Moments(2, L, rho / (2.0 * np.pi), mass)
+
+    def moments_of_cells(self, nodes, node_weights, masses) -> Moments:
+        r"""Moments of a measure given by cell masses and per-cell quadrature.
+
+        Parameters
+        ----------
+        nodes : (ncell, q, d) quadrature nodes on each cell (unit vectors)
+        node_weights : (ncell, q) non-negative, each row summing to 1 (the cell's quadrature
+            weights divided by its area)
+        masses : (ncell,) mass of each cell
+
+        The measure :math:`\sum_c m_c \sum_q w_{cq}\delta_{x_{cq}}` has the moments of the
+        piecewise-constant density :math:`m_c/|c|` up to the quadrature error on each cell
+        (exact to degree L when the rule is). One node per cell at its centroid is the
+        point-mass approximation.
+        """
+        nodes = np.asarray(nodes, dtype=np.float64)
+        node_weights = np.asarray(node_weights, dtype=np.float64)
+        masses = np.asarray(masses, dtype=np.float64)
+        if nodes.ndim != 3 or nodes.shape[-1] != self.d or node_weights.shape != nodes.shape[:2] \
+                or masses.shape != nodes.shape[:1]:
+            raise ValueError(f"nodes must be (ncell, q, {self.d}), node_weights (ncell, q), "
+                             f"masses (ncell,); got {nodes.shape}, {node_weights.shape}, "
+                             f"{masses.shape}")
+        row = node_weights.sum(axis=1)
+        if np.abs(row - 1.0).max(initial=0.0) > 1e-10:
+            raise ValueError("node_weights must sum to 1 on every cell (divide the quadrature "
+                             f"weights by the cell area); worst row sum {row[np.argmax(np.abs(row - 1))]}")
+        w = (masses[:, None] * node_weights).reshape(-1)
+        return self.moments(nodes.reshape(-1, self.d), w)
+
+    def moments_of_coefficients(self, coefficients, mass: float | None = None) -> Moments:
+        r"""Moments of a density given by its coefficients (a spectral solver's state).
+
+        Parameters
+        ----------
+        coefficients : complex
+            S^2: (nlm,) in the m-major layout of :func:`spherepde.transforms.sht.lm_arrays`
+            for some lmax (the :class:`spherepde.density.SpectralSolver` state); S^1: (K + 1,)
+            for k = 0..K (the :class:`spherepde.density.FourierSolver` state). Truncated or
+            zero-padded to :attr:`degree`.
+        mass : float, optional
+            :math:`\int|\rho|` for the error bound (default: the integral of rho).
+        """
+        c = np.asarray(coefficients, dtype=np.complex128)
+        L = self.degree
+        if self.d == 3:
+            lmax = int(round((math.sqrt(8 * c.size + 1) - 3) / 2))
+            if (lmax + 1) * (lmax + 2) // 2 != c.size:
+                raise ValueError(f"{c.size} is not the number of coefficients of a triangular "
+                                 "truncation (lmax + 1)(lmax + 2)/2")
+            l_in, m_in = lm_arrays(lmax)
+            keep = l_in <= L
+            out = np.zeros(self._l.size, dtype=np.complex128)
+            # index of (l, m) in the m-major layout of degree L
+            idx = m_in[keep] * (2 * L + 3 - m_in[keep]) // 2 + (l_in[keep] - m_in[keep])
+            out[idx] = c[keep]
+            default_mass = math.sqrt(4.0 * math.pi) * float(c[0].real)
+        else:
+            out = np.zeros(L + 1, dtype=np.complex128)
+            k = min(L + 1, c.size)
+            out[:k] = c[:k]
+            default_mass = 2.0 * math.pi * float(c[0].real)
+        return Moments(self.d, L, out, abs(default_mass) if mass is None else float(mass))
+
+    # ------------------------------------------------------------------ moments -> field
+    def _fields(self, x, mom: Moments, want_G: bool):
+        """Scaled G (m,) or None and W (m, d) at the queries x, with kappa(x) (m,)."""
+        if mom.d != self.d or mom.degree != self.degree:
+            raise ValueError(f"these moments are of degree {mom.degree} on S^{mom.d - 1}; this "
+                             f"field needs degree {self.degree} on S^{self.d - 1} (compute them "
+                             "with this field's moments methods)")
+        bx = x @ self.B  # rows B^T x
+        r = np.linalg.norm(bx, axis=1)
+        kappa = self.beta * r
+        nx = bx / np.where(r > 0, r, 1.0)[:, None]
+        P = self.n_terms
+        if P > 1:
+            kmin, kmax = self.kappa_range
+            s = np.clip((kappa - 0.5 * (kmax + kmin)) / (0.5 * (kmax - kmin)), -1.0, 1.0)
+        m = x.shape[0]
+        G = np.zeros(m) if want_G else None
+        W = np.zeros((m, self.d))
+        T_prev = T = None
+        synth = self._synth_s2(nx) if self.d == 3 else self._synth_s1(nx, m)
+        for p in range(P):
+            # Chebyshev polynomials of s by their recurrence, one term at a time
+            if P == 1:
+                Tp = 1.0
+            elif p == 0:
+                Tp = np.ones(m)
+            elif p == 1:
+                Tp = s
+            else:
+                Tp = 2.0 * s * T - T_prev
+            T_prev, T = T, Tp
+            g, w = synth(self._coef[p], mom.coefficients, want_G)
+            if want_G:
+                G += Tp * g
+            W += (Tp * w.T).T if P > 1 else w
+        return G, W, kappa
+
+    def _synth_s2(self, nx):
+        import ducc0
+
+        loc = _loc(nx)
+        ct, st = np.cos(loc[:, 0]), np.sin(loc[:, 0])
+        cp, sp_ = np.cos(loc[:, 1]), np.sin(loc[:, 1])
+        e_t = np.stack([ct * cp, ct * sp_, -st], axis=-1)
+        e_p = np.stack([-sp_, cp, np.zeros_like(cp)], axis=-1)
+        kw = dict(lmax=self.degree, loc=loc, epsilon=self.nufft_eps, nthreads=self.nthreads)
+        l, sq = self._l, self._sqrt_llp1
+
+        def synth(coef, rho, want_G):
+            g = None
+            if want_G:
+                g = ducc0.sht.synthesis_general(alm=(coef[0][l] * rho)[None], spin=0, **kw)[0]
+            wr = ducc0.sht.synthesis_general(alm=(coef[1][l] * rho)[None], spin=0, **kw)[0]
+            # spin-1 gradient: ducc0's E-mode is sqrt(l(l+1)) times the spheroidal potential
+            vt, vp = ducc0.sht.synthesis_general(alm=(coef[2][l] * sq * rho)[None], spin=1,
+                                                 mode="GRAD_ONLY", **kw)
+            w = nx * wr[:, None] + e_t * vt[:, None] + e_p * vp[:, None]
+            return g, w
+
+        return synth
+
+    def _synth_s1(self, nx, m):
+        K = self.degree
+        u = np.arctan2(nx[:, 1], nx[:, 0])
+        ks = np.arange(-K, K + 1)
+        inside = np.abs(ks)
+        if u.size * ks.size <= S1_EXACT_MAX:
+            basis = np.exp(1j * np.outer(ks, u))  # (2K + 1, m), shared by every term
+
+            def at_points(c):
+                return c @ basis
+        else:
+            import ducc0
+
+            def at_points(c):  # type-2 NUFFT: sum_k c_k e^{+iku_j}
+                return ducc0.nufft.u2nu(grid=np.ascontiguousarray(c), coord=u[:, None],
+                                        forward=False, epsilon=self.nufft_eps,
+                                        nthreads=self.nthreads)
+
+        def synth(coef, rho, want_G):
+            mult = coef[0][inside]  # 2 pi e^{-kappa} I_|k|, k = -K..K
+            full = np.concatenate([np.conj(rho[1:][::-1]), rho])  # rho_k, k = -K..K
+            shifted = np.concatenate([[0.0], full[:-1]])  # rho_{k-1}; rho_{-K-1} is dropped
+            Wk = mult * shifted
+            vals = at_points(np.stack([mult * full, Wk]) if want_G else Wk[None])
+            g = vals[0].real if want_G else None
+            return g, np.stack([vals[-1].real, vals[-1].imag], axis=-1)
+
+        return synth
+
+    def attention(self, x, moments: Moments, *, return_bound: bool = False):
+        r"""Attention output (before the tangent projection) at arbitrary points.
+
+        Parameters
+        ----------
+        x : (m, d) unit vectors where the field is wanted
+        moments : :class:`Moments` of this field's degree
+        return_bound : bool
+            Also return the per-query bound of the module docstring.
+
+        Returns
+        -------
+        att : (m, d)
+        bound : (m,), with ``return_bound``: the error bound relative to :math:`\|V\|_2`
+            (SA) or to the query's own :math:`e^{\kappa(x)} G(x)\|V\|_2` (USA); inf where the
+            computed G is not positive.
+        """
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.d:
+            raise ValueError(f"x must have shape (m, {self.d}); got {x.shape}")
+        want_G = self.normalized or return_bound or self._usa_may_overflow(moments)
+        G, W, kappa = self._fields(x, moments, want_G)
+        if self.normalized:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                att = (W @ self.V.T) / G[:, None]
+        else:
+            if G is not None and x.shape[0]:
+                top = float(np.max(kappa + np.log(np.maximum(G, 1e-300))))
+                if top > LOG_FLOAT_MAX:
+                    raise usa_overflow_error(top, self.beta)
+            # e^kappa in two factors: e^kappa alone may overflow where the result does not
+            k1 = np.minimum(kappa, LOG_FLOAT_MAX)
+            att = ((W @ self.V.T) * np.exp(kappa - k1)[:, None]) * np.exp(k1)[:, None]
+        if not return_bound:
+            return att
+        E = moments.mass * self.error_level + self._numerical_error(moments, G)
+        with np.errstate(divide="ignore"):
+            bound = np.where(G > 0, E / np.where(G > 0, G, 1.0), np.inf)
+        return att, bound
+
+    def _usa_may_overflow(self, moments) -> bool:
+        # the scaled G is at most the mass: below the threshold no query can overflow
+        return (not self.normalized and
+                self.kappa_range[1] + math.log(max(moments.mass, 1e-300)) > LOG_FLOAT_MAX)
+
+    def velocity(self, x, moments: Moments) -> np.ndarray:
+        r"""The velocity :math:`P_x\,\mathrm{attention}`, (m, d)."""
+        att = self.attention(x, moments)
+        x = np.asarray(x, dtype=np.float64)
+        return att - np.sum(att * x, axis=-1, keepdims=True) * x
+
+    def attention_of_points(self, x, points, weights=None) -> np.ndarray:
+        """Attention output at x (m, d) of the measure sum_j w_j delta_{points_j}; queries
+        whose error bound exceeds ``FALLBACK_FACTOR * tol`` are computed by the direct fused
+        kernel (exact). Weights must be non-negative (as for every kernel)."""
+        x = np.asarray(x, dtype=np.float64)
+        points = np.asarray(points, dtype=np.float64)
+        mom = self.moments(points, weights)
+        att, bound = self.attention(x, mom, return_bound=True)
+        bad = ~(bound <= FALLBACK_FACTOR * self.tol)
+        self.stats["queries"] += int(x.shape[0])
+        nbad = int(np.count_nonzero(bad))
+        if nbad:
+            from .fused import attention_numba
+
+            self.stats["fallback"] += nbad
+            w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
+                 else np.asarray(weights, dtype=np.float64))
+            att[bad] = attention_numba(x[bad], points @ self.B.T, points @ self.V.T, w,
+                                       self.beta, self.normalized)
+        return att
+
+    def __repr__(self) -> str:
+        kind = "SA" if self.normalized else "USA"
+        shape = "B = c·O" if self.zonal else f"general B, {self.n_terms} Chebyshev terms"
+        deg = "L" if self.d == 3 else "K"
+        return (f"HarmonicField(S^{self.d - 1}, beta={self.beta:g}, {kind}, {shape}, "
+                f"{deg}={self.degree}, tol={self.tol:g})")
+
+
+#: Cost model of ``kernel="auto"``: the harmonic right-hand side costs about
+#: (L + 1)^2 log2(L + 2) + (m + n) work units against m·n pairs for the fused kernel, and the
+#: fused kernel is about 4x slower per pair when beta·|B| > 300 (its online-softmax path).
+#: This constant puts the crossover where benchmarks/harmonic.py measured it on a shared
+#: 2-core machine: N ~ 600 at beta = 16, ~1200 at 64, ~2600 at 256 and ~2700 at 1000.
+AUTO_PAIRS_PER_UNIT = 50.0
+
+
+def estimated_degree(kappa: float, tol: float = DEFAULT_TOL) -> int:
+    """The degree L that :class:`HarmonicField` picks at kappa, to within a few (from the
+    Gaussian decay of the multipliers), without computing them."""
+    kappa = max(float(kappa), 0.0)
+    return max(1, int(math.sqrt(2.0 * kappa * (math.log(1.0 / tol) + math.log(2.0 * kappa + 2.0)))))
+
+
+def harmonic_is_faster(m: int, n: int, kappa: float) -> bool:
+    """Whether the harmonic kernel beats the fused direct kernel for m queries and n atoms at
+    kappa = beta·|B|_2, by the measured cost model :data:`AUTO_PAIRS_PER_UNIT`."""
+    L = estimated_degree(kappa)
+    online = 4.0 if kappa > 300.0 else 1.0
+    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n)
+    return m * n * online >= AUTO_PAIRS_PER_UNIT * units
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_field(Bb: bytes, Vb: bytes, d: int, beta: float, normalized: bool, tol: float):
+    B = np.frombuffer(Bb).reshape(d, d)
+    V = np.frombuffer(Vb).reshape(d, d)
+    return HarmonicField(B, V, beta, normalized, tol=tol)
+
+
+def field_for(B, V, beta, normalized, tol=DEFAULT_TOL) -> HarmonicField:
+    """A (cached) :class:`HarmonicField`: the degree and the multipliers are computed once
+    per (B, V, beta, SA/USA, tol)."""
+    B = np.ascontiguousarray(B, dtype=np.float64)
+    V = np.ascontiguousarray(V, dtype=np.float64)
+    return _cached_field(B.tobytes(), V.tobytes(), B.shape[0], float(beta), bool(normalized),
+                         float(tol))
+
+
+def attention_harmonic(x, keys, values, weights, beta: float, normalized: bool) -> np.ndarray:
+    r"""The harmonic kernel under the common kernel contract (x (m, d), keys (n, d), values
+    (n, d), weights (n,) -> (m, d)), for keys :math:`k_j = c\,u_j` of one common length c
+    (B = c·O) and values linear in the directions, :math:`v_j = M u_j` (as
+    :meth:`spherepde.Model.attention` builds them). A general B needs the measure's atoms
+    and B itself: use :meth:`spherepde.Model.velocity` with ``kernel="harmonic"`` or
+    :class:`HarmonicField`.
+    """
+    keys = np.asarray(keys, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    d = keys.shape[1]
+    r = np.linalg.norm(keys, axis=1)
+    c = float(r.max()) if r.size else 1.0
+    if r.size and (r.min() <= 0 or (c - r.min()) > 1e-12 * c):
+        raise ValueError("the harmonic kernel from keys and values needs keys of one common "
+                         f"length (B = c·orthogonal); their lengths span [{r.min():.3g}, {c:.3g}]. "
+                         "For a general B call Model.velocity(..., kernel='harmonic')")
+    u = keys / c
+    M, *_ = np.linalg.lstsq(u, values, rcond=None)  # values = u @ M
+    scale = float(np.abs(values).max(initial=0.0))
+    if np.abs(u @ M - values).max(initial=0.0) > 1e-12 * max(scale, 1e-300):
+        raise ValueError("the harmonic kernel needs values that are a linear map of the key "
+                         "directions (v_j = V B^-1 k_j); use kernel='numba' for general values")
+    field = field_for(c * np.eye(d), M.T, beta, normalized)
+    return field.attention_of_points(x, u, weights)
+
+
+def _of_model(model):
+    """attention(x, points, weights) of a :class:`spherepde.Model` through its (cached)
+    field: the general-B path, which needs B and the atoms rather than keys and values."""
+    return field_for(model.B, model.V, model.beta, model.normalized).attention_of_points
+
+
+#: Model.attention hands kernels with this attribute the measure and the model itself
+attention_harmonic.of_model = _of_model
+register_kernel("harmonic", attention_harmonic)

@@ -1,0 +1,159 @@
+"""Property-based tests of the public entry points Model, PointCloud and w2 on hostile input:
+shapes, NaN/inf, points off the sphere, negative or unnormalised weights, beta at the edges.
+Every call returns finite numbers or raises a ValueError with a message; never NaN, never a
+hang (each example runs under an alarm)."""
+import math
+import signal
+from contextlib import contextmanager
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import spherepde as sp
+
+FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+SECONDS = 30  # per example; a healthy call takes milliseconds
+
+
+@contextmanager
+def no_hang():
+    def fail(*_):
+        raise TimeoutError(f"no answer within {SECONDS} s")
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+REFUSED = object()
+
+
+def attempt(fn, numeric=True):
+    """Run fn; it must return (finite numbers when ``numeric``) or raise a ValueError that
+    says something. Returns the result, or REFUSED."""
+    with no_hang():
+        try:
+            out = fn()
+        except ValueError as exc:
+            assert len(str(exc)) > 10, repr(exc)
+            return REFUSED
+    if numeric:
+        arr = np.asarray(out, dtype=np.float64)
+        assert np.all(np.isfinite(arr)), out
+    return out
+
+
+edge_betas = st.sampled_from([0.0, 1e-300, 1e-6, 1.0, 9.0, 50.0, 1e6, math.inf, -1.0, math.nan])
+wild = st.floats(allow_nan=True, allow_infinity=True, width=64)
+tame = st.floats(-3, 3)
+
+
+def arrays(shape, elements):
+    return hnp.arrays(np.float64, shape, elements=elements)
+
+
+@st.composite
+def matrices(draw, d):
+    """None, a good (d, d) matrix, a wrong shape, or one with NaN/inf/huge entries."""
+    kind = draw(st.sampled_from(["none", "good", "good", "shape", "wild"]))
+    if kind == "none":
+        return None
+    if kind == "good":
+        return draw(arrays((d, d), tame))
+    if kind == "shape":
+        return draw(arrays(draw(st.sampled_from([(d,), (d, d + 1), (d + 1, d + 1), (1, d, d)])),
+                           tame))
+    return draw(arrays((d, d), wild))
+
+
+@st.composite
+def clouds(draw, d, n_max=12):
+    """Points and weights, good or bad: off the sphere, NaN/inf, negative or unnormalised
+    weights, zero total mass, mismatched lengths, wrong shapes."""
+    n = draw(st.integers(1, n_max))
+    raw = draw(arrays((n, d), tame))
+    norms = np.linalg.norm(raw, axis=1, keepdims=True)
+    pts = np.where(norms > 1e-3, raw / np.where(norms > 1e-3, norms, 1.0), np.eye(d)[0])
+    fault = draw(st.sampled_from(["none", "none", "off", "nan", "shape", "neg", "unnorm", "zero",
+                                  "len", "tiny"]))
+    w = np.full(n, 1.0 / n)
+    if fault == "off":
+        pts = pts * draw(st.floats(0.5, 2.0).filter(lambda s: abs(s - 1) > 1e-6))
+    elif fault == "nan":
+        pts = pts.copy()
+        pts[draw(st.integers(0, n - 1)), 0] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    elif fault == "shape":
+        pts = pts.reshape(-1)
+    elif fault == "neg":
+        w = w.copy()
+        w[0] = -w[0]
+    elif fault == "unnorm":
+        w = w * draw(st.floats(0.1, 10.0).filter(lambda s: abs(s - 1) > 1e-6))
+    elif fault == "zero":
+        w = np.zeros(n)
+    elif fault == "len":
+        w = np.full(n + 1, 1.0 / (n + 1))
+    elif fault == "tiny":  # valid: weights at the edge of the floating-point range
+        w = np.full(n, 1e-300)
+        w[0] = 1.0 - (n - 1) * 1e-300
+    return pts, w
+
+
+@FUZZ
+@given(st.data())
+def test_model_construction_and_velocity(data):
+    d = data.draw(st.sampled_from([2, 3, 4]))
+    kw = dict(Q=data.draw(matrices(d)), K=data.draw(matrices(d)), V=data.draw(matrices(d)),
+              beta=data.draw(edge_betas), normalized=data.draw(st.booleans()))
+    if not kw["normalized"] and data.draw(st.booleans()):
+        kw["rescale_time"] = True
+    model = attempt(lambda: sp.Model(d=d, **kw), numeric=False)
+    if model is REFUSED:
+        return
+    pts, w = data.draw(clouds(d))
+    x, _ = data.draw(clouds(d, n_max=4))
+    attempt(lambda: model.velocity(x, pts, w))
+    report = attempt(model.check_assumptions, numeric=False)
+    if report is not REFUSED:
+        assert np.all(np.isfinite(report.eigenvalues)) and not math.isnan(report.gap)
+        assert math.isfinite(report.A_asymmetry) and not math.isnan(report.B_condition)
+
+
+@FUZZ
+@given(st.data())
+def test_point_cloud(data):
+    d = data.draw(st.sampled_from([2, 3, 5]))
+    pts, w = data.draw(clouds(d))
+    normalize = data.draw(st.booleans())
+    cloud = attempt(lambda: sp.PointCloud(pts, w, normalize=normalize), numeric=False)
+    if cloud is not REFUSED:
+        # a measure that was accepted is a probability measure on the sphere
+        assert np.all(cloud.weights >= 0) and abs(cloud.weights.sum() - 1) < 1e-12
+        assert np.allclose(np.linalg.norm(cloud.points, axis=1), 1, atol=1e-12)
+
+
+@FUZZ
+@given(st.data())
+def test_w2(data):
+    d = data.draw(st.sampled_from([2, 3]))
+    d2 = data.draw(st.sampled_from([d, d, d, d + 1]))
+    a, wa = data.draw(clouds(d))
+    b, wb = data.draw(clouds(d2))
+    cost = data.draw(st.sampled_from(["chordal", "chordal", "geodesic", "euclid"]))
+    method = data.draw(st.sampled_from(["auto", "exact", "sinkhorn"]))
+
+    def call():
+        return float(sp.w2((a, wa), (b, wb), cost=cost, method=method))
+
+    value = attempt(call)
+    if value is not REFUSED:
+        # W2 between probability measures on the unit sphere: 0 <= W2 <= chordal diameter 2
+        # (pi for the geodesic cost), up to Sinkhorn's stated bias
+        assert -1e-9 <= value <= (math.pi if cost == "geodesic" else 2.0) + 1e-6

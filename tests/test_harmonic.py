@@ -1,0 +1,221 @@
+"""The harmonic kernel (the attention field from the measure's moments) against the direct
+fused kernel: random clouds on S^2 and S^1, SA and USA, B = c·rotation and a general B, beta
+from 0.5 to 1000; its error bound; the moments of densities; the spectral solver's
+right-hand side; particle trajectories."""
+import math
+
+import numpy as np
+import pytest
+
+from spherepde.interaction.fused import attention_numba
+from spherepde.interaction.harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, HarmonicField,
+                                            attention_harmonic)
+
+TOL = DEFAULT_TOL
+BETAS = [0.5, 16.0, 256.0, 1000.0]
+
+
+def rotation(d, seed=0):
+    if d == 2:
+        a = 0.9
+        return np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
+    from spherepde.app.scenario import rotation_matrix
+
+    return rotation_matrix([1.0, 1.0, 1.0], 0.9)
+
+
+def matrices(d, kind):
+    """The default scenario's B = O, V = S O, and a general B = diag(1, 0.8, 0.6)·O."""
+    O = rotation(d)
+    S = np.diag([1.0, 0.4, 0.0][:d])
+    B = O if kind == "rotation" else np.diag([1.0, 0.8, 0.6][:d]) @ O
+    return B, S @ O
+
+
+def cloud(d, n, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.standard_normal((n, d))
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    w = rng.random(n)
+    return y, w / w.sum()
+
+
+@pytest.mark.parametrize("d", [3, 2])
+@pytest.mark.parametrize("kind", ["rotation", "general"])
+@pytest.mark.parametrize("normalized", [True, False])
+@pytest.mark.parametrize("beta", BETAS)
+def test_matches_direct_kernel(d, kind, normalized, beta):
+    B, V = matrices(d, kind)
+    y, w = cloud(d, 3000, seed=d)
+    q_off, _ = cloud(d, 300, seed=10 + d)  # queries off the atoms too (cell faces, grids)
+    x = np.concatenate([y[:700], q_off])
+    if not normalized and beta * np.linalg.norm(B, 2) > 700:
+        # USA at beta |B| = 1000 is e^1000: both kernels refuse it ...
+        field = HarmonicField(B, V, beta, normalized)
+        with pytest.raises(FloatingPointError, match="beyond float64"):
+            field.attention_of_points(x, y, w)
+        with pytest.raises(FloatingPointError, match="beyond float64"):
+            attention_numba(x, y @ B.T, y @ V.T, w, beta, normalized)
+        # ... and what is representable, |B| = 0.6 (e^600), must agree
+        B = 0.6 * B
+    field = HarmonicField(B, V, beta, normalized)
+    ref = attention_numba(x, y @ B.T, y @ V.T, w, beta, normalized)
+    mom = field.moments(y, w)
+    att, bound = field.attention(x, mom, return_bound=True)
+    err = np.abs(att - ref).max(axis=1) / np.abs(ref).max()
+    # the per-query bound holds wherever it is finite (G > 0)
+    assert np.all(err[np.isfinite(bound)] <= bound[np.isfinite(bound)])
+    # the issue's target: max error <= 100 tol relative to the output's size, with the queries
+    # the bound does not certify computed directly
+    out = field.attention_of_points(x, y, w)
+    assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
+    # the fast path does the work: at most 5% of the queries need the direct kernel (20% for
+    # a general B, whose bound also carries the Chebyshev coefficients' 1e-13 accuracy floor)
+    share = 0.05 if kind == "rotation" else 0.2
+    assert field.stats["fallback"] <= share * field.stats["queries"]
+
+
+def test_degree_is_the_first_that_meets_the_multiplier_tail():
+    B, V = matrices(3, "rotation")
+    for beta in (16.0, 1000.0):
+        field = HarmonicField(B, V, beta)
+        L = field.degree
+        E, Gbar = field._tail(beta, L)
+        E_prev, _ = field._tail(beta, L - 1)
+        assert E <= TOL * Gbar < E_prev
+        # the multipliers fall like e^{-l^2/(2 kappa)}: L^2/(2 kappa) is about log(1/tol)
+        assert 0.8 < L**2 / (2 * beta) / math.log(1 / TOL) < 1.5
+        assert f"L={L}" in repr(field)
+
+
+@pytest.mark.parametrize("d", [3, 2])
+def test_error_follows_tol(d):
+    """The truncation is what tol controls: the measured error falls with tol and stays
+    below tol times the ratio of the mean G to the smallest G at the queries."""
+    B, V = matrices(d, "rotation")
+    y, w = cloud(d, 2000, seed=5)
+    ref = attention_numba(y, y @ B.T, y @ V.T, w, 64.0, True)
+    errs = []
+    for tol in (1e-4, 1e-6, 1e-8):
+        field = HarmonicField(B, V, 64.0, tol=tol)
+        att, bound = field.attention(y, field.moments(y, w), return_bound=True)
+        errs.append(np.abs(att - ref).max() / np.abs(ref).max())
+        assert errs[-1] <= bound.max()
+    assert errs[0] > 30 * errs[1] > 900 * errs[2]
+
+
+def test_moments_of_a_density_from_quadrature_and_from_coefficients():
+    """Point masses at Gauss nodes weighted by quadrature weight × density have the
+    density's coefficients up to the degree the rule integrates exactly."""
+    from spherepde.sphere import GaussGrid
+    from spherepde.transforms.sht import Ducc0Backend
+
+    L = 24
+    sht = Ducc0Backend(L, 40, 80)
+    grid = GaussGrid(40, 80)
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(sht.nlm) + 1j * rng.standard_normal(sht.nlm)) * 0.01
+    a[sht.m == 0] = a[sht.m == 0].real
+    a[0] = 1 / math.sqrt(4 * math.pi)
+    rho = sht.synthesis(a)
+    field = HarmonicField(np.eye(3), np.eye(3), 16.0)
+    assert field.degree == 36  # > L: zero-padding is exercised
+    m_pts = field.moments(grid.points.reshape(-1, 3), (grid.weights * rho).reshape(-1))
+    m_coef = field.moments_of_coefficients(a)
+    # the products have degree <= L + 36 = 60: Gauss with 40 latitudes is exact to degree 79,
+    # 80 longitudes resolve |m| <= 79: exact moments
+    assert np.abs(m_pts.coefficients - m_coef.coefficients).max() <= 1e-12
+    # the same field from the cell-quadrature entry point (one "cell" per latitude row)
+    nodes = grid.points
+    cell_w = grid.weights * rho
+    masses = cell_w.sum(axis=1)
+    m_cells = field.moments_of_cells(nodes, cell_w / masses[:, None], masses)
+    assert np.abs(m_cells.coefficients - m_pts.coefficients).max() <= 1e-13
+    with pytest.raises(ValueError, match="sum to 1"):
+        field.moments_of_cells(nodes, cell_w, masses)
+
+
+def test_spectral_rhs_through_the_harmonic_field():
+    """The spectral solver's right-hand side with its attention evaluated by the harmonic
+    field at the grid points equals its Funk–Hecke right-hand side to round-off."""
+    import spherepde as sp
+    from spherepde.app.scenario import rotation_matrix
+
+    O = rotation_matrix([1.0, 1.0, 1.0], 0.9)
+    model = sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=9.0)
+    solver = sp.SpectralSolver(model, lmax=24)
+    rho_lm = solver.project(sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5))
+    ref = solver.rhs(0.0, rho_lm)
+    field = HarmonicField.from_model(model)
+    pts = solver.grid.points
+    att = field.attention(pts.reshape(-1, 3), field.moments_of_coefficients(rho_lm))
+    F = solver.sht.synthesis(rho_lm)[..., None] * att.reshape(pts.shape)
+    Ft = np.sum(F * solver._e_theta, axis=-1)
+    Fp = np.sum(F * solver._e_phi, axis=-1)
+    rhs = -solver.sht.divergence(Ft, Fp) - solver._nu * rho_lm
+    # round-off of two transforms at L = 24 (and ducc0's 2e-13 non-equispaced accuracy)
+    assert np.abs(rhs - ref).max() <= 1e-11 * np.abs(ref).max()
+
+
+def test_generic_kernel_contract_and_errors():
+    B, V = matrices(3, "rotation")
+    y, w = cloud(3, 500, seed=2)
+    keys, values = y @ (2.0 * B).T, y @ V.T
+    out = attention_harmonic(y, keys, values, w, 8.0, True)
+    ref = attention_numba(y, keys, values, w, 8.0, True)
+    assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
+    Bg, _ = matrices(3, "general")
+    with pytest.raises(ValueError, match="common length"):
+        attention_harmonic(y, y @ Bg.T, values, w, 8.0, True)
+    with pytest.raises(ValueError, match="linear map"):
+        attention_harmonic(y, keys, values**2, w, 8.0, True)
+    with pytest.raises(MemoryError, match=r"L = \d+ for beta = 1e\+06"):
+        HarmonicField(B, V, 1e6, max_memory=1e8)
+    with pytest.raises(ValueError, match="S\\^1 and S\\^2"):
+        HarmonicField(np.eye(4), np.eye(4), 1.0)
+    with pytest.raises(ValueError, match="finite beta"):
+        HarmonicField(B, V, np.inf)
+
+
+def test_model_velocity_with_harmonic_kernel_for_a_general_B():
+    import spherepde as sp
+
+    B, V = matrices(3, "general")
+    model = sp.Model(K=B, V=V, beta=40.0)
+    y, w = cloud(3, 1500, seed=4)
+    x, _ = cloud(3, 200, seed=6)
+    ref = model.velocity(x, y, w, kernel="numba")
+    out = model.velocity(x, y, w, kernel="harmonic")
+    assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
+
+
+def test_auto_takes_harmonic_above_the_measured_crossover():
+    from spherepde import interaction
+    from spherepde.interaction.harmonic import harmonic_is_faster
+
+    assert interaction.resolve_kernel("auto", 20000, 20000, kappa=256.0, d=3) == "harmonic"
+    assert interaction.resolve_kernel("auto", 20000, 20000, kappa=256.0, d=4) == "numba"
+    # without the model's kappa (bare keys and values) auto never guesses harmonic
+    assert interaction.resolve_kernel("auto", 20000, 20000) == "numba"
+    # the crossover grows with kappa (L^2 log L of the transforms)
+    first = [next(n for n in range(64, 10**5, 64) if harmonic_is_faster(n, n, k))
+             for k in (16.0, 256.0)]
+    assert first[0] < first[1]
+
+
+def test_particle_trajectories_match_the_direct_kernel():
+    """ParticleSolver(kernel="harmonic") follows the numba trajectories over t in [0, 2] to
+    the solver's accuracy (the fields differ by ~1e-13; dopri5 at rtol 1e-9 is accurate to
+    ~1e-8 in the positions, tests/test_timestepping.py)."""
+    import spherepde as sp
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+
+    model = build_model(DEFAULT, 16.0)
+    x0 = build_initial(DEFAULT).sample(400, seed=2)
+    times = np.linspace(0.0, 2.0, 5)
+    solver = sp.ParticleSolver(model, kernel="harmonic")
+    assert solver.harmonic_degree == 36 and "L=36" in repr(solver)
+    traj_h = solver.solve(x0, times)
+    traj_n = sp.ParticleSolver(model, kernel="numba").solve(x0, times)
+    assert np.abs(traj_h.positions - traj_n.positions).max() <= 1e-7

@@ -1,0 +1,238 @@
+"""Faults a user meets around the main job: each ends in one clear line, never a traceback,
+and never leaves a folder that disagrees with itself."""
+import errno
+import json
+import math
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spherepde import io
+from spherepde.app import scenario
+from spherepde.app.cli import main
+from spherepde.app.config import validate_config
+
+TINY = """
+[run]
+betas = [2.0, "inf"]
+t_end = 0.5
+n_times = 3
+[particles]
+n = 30
+[spectral]
+enabled = false
+"""
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_one_line_error(err):
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("spherepde: "), err
+    assert "Traceback" not in err
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+def test_version(capsys):
+    from spherepde import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"spherepde {__version__}"
+
+
+def test_output_folder_that_is_a_file(tiny, tmp_path, capsys):
+    f = tmp_path / "taken"
+    f.write_text("not a folder")
+    code, _, err = run_cli(["run", str(tiny), "--out", str(f), "--quiet"], capsys)
+    assert code == 2 and "is a file" in err
+    assert_one_line_error(err)
+    code, _, err = run_cli(["run", str(tiny), "--out", str(f / "below"), "--quiet"], capsys)
+    assert code == 2 and "is a file" in err
+    assert_one_line_error(err)
+
+
+def test_read_only_location(tiny, tmp_path, capsys, monkeypatch):
+    # Root ignores permission bits, so simulate what a read-only file system answers.
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *a, **k):
+        if "ro" in self.parts:
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_mkdir(self, *a, **k)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    code, _, err = run_cli(["run", str(tiny), "--out", str(tmp_path / "ro" / "o"), "--quiet"],
+                           capsys)
+    assert code == 2 and "Read-only file system" in err
+    assert_one_line_error(err)
+
+
+def test_unwritable_existing_folder(tiny, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "o"
+    (out / "runs").mkdir(parents=True)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else
+                        real_access(p, mode))
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 2 and "not writable" in err
+    assert_one_line_error(err)
+
+
+def test_config_that_is_not_utf8_or_is_a_folder(tmp_path, capsys):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes("[output]\ndir = \"r\xe9sultats\"\n".encode("latin-1"))
+    code, _, err = run_cli(["run", str(bad), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "not UTF-8" in err and "0xe9" in err
+    assert_one_line_error(err)
+    code, _, err = run_cli(["run", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "is a folder" in err
+    assert_one_line_error(err)
+
+
+def test_second_run_on_a_locked_folder_is_refused(tiny, tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    with io.FolderLock(out):  # another run holds the folder
+        code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 2 and "another spherepde run" in err and f"process {os.getpid()}" in err
+    assert_one_line_error(err)
+    assert not (out / "runs" / "particles_beta=inf.npz").exists()
+
+
+def test_scenario_json_is_strict_and_lists_only_used_keys(tiny, tmp_path, capsys):
+    out = tmp_path / "o"
+    code, stdout, _ = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 0
+    text = (out / "scenario.json").read_text()
+    # json.loads with parse_constant rejects Infinity/NaN, as strict parsers outside Python do
+    def reject(c):
+        raise ValueError(c)
+    data = json.loads(text, parse_constant=reject)
+    assert data["run"]["betas"] == [2.0, "inf"]
+    assert data["spectral"] == {"enabled": False}  # lmax, t_end unused
+    assert set(data["initial"]) == {"kind", "mean", "kappa"}  # no bimodal keys for a vMF
+    assert "rescale_time" not in data["model"]  # SA: unused
+    assert not (out / scenario.IN_PROGRESS).exists()
+    meta = io.load_npz(out / "results.npz")["meta"]
+    assert meta["scenario"] == data
+    # the rerun says what it reused
+    code, stdout, _ = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 0 and "2 of 2 runs reused from" in stdout
+
+
+def test_files_follow_the_umask(tiny, tmp_path, capsys):
+    old = os.umask(0o027)
+    try:
+        code, _, _ = run_cli(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet",
+                              "--no-figures"], capsys)
+    finally:
+        os.umask(old)
+    assert code == 0
+    for p in [tmp_path / "o" / "results.npz", tmp_path / "o" / "summary.md",
+              tmp_path / "o" / "runs" / "particles_beta=2.npz"]:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o640, p  # 0666 & ~0027
+
+
+def test_damaged_or_foreign_saved_runs_are_recomputed_with_a_notice(tiny, tmp_path,
+                                                                      monkeypatch):
+    out = tmp_path / "o"
+    cfg = str(tiny)
+    first = scenario.run_scenario(cfg, out=out, progress=False, figures=False,
+                                  notify=lambda s: None)
+    runs = out / "runs"
+    ref = {r.beta: r.w2 for r in first["runs"]}
+    # particles at beta = 2: truncated; beta = inf: garbage bytes
+    data = (runs / "particles_beta=2.npz").read_bytes()
+    (runs / "particles_beta=2.npz").write_bytes(data[: len(data) // 2])
+    (runs / "particles_beta=inf.npz").write_bytes(b"\x00garbage" * 100)
+    notes = []
+    again = scenario.run_scenario(cfg, out=out, progress=False, figures=False,
+                                  notify=notes.append)
+    assert again["reused"] == 0 and len(notes) == 2
+    assert all("is damaged" in n and "recomputing" in n and "\n" not in n for n in notes)
+    for r in again["runs"]:
+        np.testing.assert_array_equal(r.w2, ref[r.beta])  # same numbers, recomputed
+    # a run saved by another version of the package is not trusted either
+    monkeypatch.setattr(scenario, "__version__", "0.0.0-other")
+    notes = []
+    other = scenario.run_scenario(cfg, out=out, progress=False, figures=False,
+                                  notify=notes.append)
+    assert other["reused"] == 0 and len(notes) == 2
+    assert all("another spherepde version" in n for n in notes)
+
+
+def test_interrupted_run_marks_the_folder_and_says_what_finished(tiny, tmp_path, capsys,
+                                                                   monkeypatch):
+    out = tmp_path / "o"
+    calls = []
+    real = scenario.run_one
+
+    def run_one(task):
+        if calls:
+            raise KeyboardInterrupt  # Ctrl-C during the second run
+        calls.append(task)
+        return real(task)
+
+    monkeypatch.setattr(scenario, "run_one", run_one)
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 130
+    assert_one_line_error(err)
+    assert "1 of 2 runs finished" in err and "again to resume" in err
+    assert (out / scenario.IN_PROGRESS).exists()
+    assert not (out / "summary.md").exists() and not (out / "scenario.json").exists()
+    monkeypatch.setattr(scenario, "run_one", real)
+    code, stdout, _ = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 0 and "1 of 2 runs reused" in stdout
+    assert not (out / scenario.IN_PROGRESS).exists()
+
+
+def test_ctrl_c_on_the_real_process_exits_130(tmp_path):
+    cfg = tmp_path / "c.toml"
+    # particles only, long enough to be interrupted in the middle of a run
+    cfg.write_text(TINY.replace("t_end = 0.5", "t_end = 50.0").replace("n = 30", "n = 400"))
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "spherepde.app.cli", "run", str(cfg),
+                             "--out", str(out), "--quiet", "--no-figures"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    deadline = time.monotonic() + 120
+    while not (out / scenario.IN_PROGRESS).exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert_one_line_error(err)
+    assert "interrupted" in err and "again" in err
+
+
+def test_bimodal_keys_build_the_mixture():
+    cfg = validate_config({"initial": {"kind": "bimodal", "mean": [0, 0, 2.0],
+                                       "mean2": [1.0, 0, 0], "weights": [0.25, 0.75]}})
+    mu0 = scenario.build_initial(cfg)
+    x = np.array([[0, 0, 1.0], [1.0, 0, 0]])
+    # vMF density ~ e^{kappa <x, m>}: at one cap's mean the other (orthogonal) cap is e^{-kappa}
+    # times its own peak, so the ratio of the two values is exact
+    d = mu0.density(x)
+    q = math.exp(-1.5)
+    assert math.isclose(d[1] / d[0], (0.75 + 0.25 * q) / (0.25 + 0.75 * q), rel_tol=1e-12)
