@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Model", "AssumptionReport", "AssumptionError", "PointCloud", "measures", "sphere",
            "exact", "timestepping", "ParticleSolver", "Trajectory", "SpectralSolver",
-           "FourierSolver", "w2", "w2_to_limit", "__version__"]
+           "FourierSolver", "FiniteVolumeSolver", "w2", "w2_to_limit", "__version__"]
 
 
 def __getattr__(name):
@@ -25,6 +25,7 @@ def __getattr__(name):
         "Trajectory": ("particles", "Trajectory"),
         "SpectralSolver": ("density", "SpectralSolver"),
         "FourierSolver": ("density", "FourierSolver"),
+        "FiniteVolumeSolver": ("density", "FiniteVolumeSolver"),
         "w2": ("wasserstein", "w2"),
         "w2_to_limit": ("wasserstein", "w2_to_limit"),
         "wasserstein": ("wasserstein", None),

@@ -1,0 +1,196 @@
+"""Finite-volume solver (issue 10): transport errors against the standard test cases, and the
+cost of a step.
+
+1. ``transport``: normalized l1/l2/linf errors and measured orders of the cubed-sphere scheme
+   on Williamson et al. (1992) test 1 (cosine bell, over the poles and tilted), the
+   nondivergent deformational flow of Nair & Lauritzen (2010) (Gaussian hills, cosine bells)
+   and the divergent flow of Lauritzen et al. (2012) (Gaussian hills), each at several n.
+   Every run also reports the relative mass change and the minimum cell average.
+2. ``cost``: wall time of one right-hand side (reconstruction + fluxes) and of one SSPRK3
+   step of the zero-temperature dynamics at n = 64 ... 256 (6·256² = 393 216 cells), as a
+   ratio to one numpy pass over the cell array (a memory-bound reference measured in the
+   same run), with the numba thread count.
+
+3. ``concentration``: W2(rho_t, Pi#rho0) (chordal) in the default scenario (B = rotation by
+   0.9 about (1,1,1), A = diag(1, 0.4, 0), vMF(mean (0.4,0.3,1), kappa 1.5)) to t = 14 at
+   several n and beta; at beta = inf against the closed form of the zero-temperature flow.
+
+Run (from the repository root, so that this checkout's spherepde is imported):
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py transport [--n 20 40 80]
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py cost [--n 64 128 256]
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py concentration [--beta inf 16]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from spherepde.analysis import transport_cases as tc
+from spherepde.density.finite_volume import TransportSolver
+
+CASES = {
+    # name: (velocity, initial field, end time)
+    "sbr_poles_bell": (lambda: tc.solid_body_rotation(math.pi / 2), tc.cosine_bell, 12.0),
+    "sbr_tilted_bell": (lambda: tc.solid_body_rotation(math.pi / 2 - 0.05), tc.cosine_bell, 12.0),
+    "nondiv_gaussian": (lambda: tc.nondivergent_flow(), tc.gaussian_hills, 5.0),
+    "nondiv_cosine_bells": (lambda: tc.nondivergent_flow(), tc.cosine_bells, 5.0),
+    "div_gaussian": (lambda: tc.divergent_flow(), tc.gaussian_hills, 5.0),
+}
+
+
+def run_case(name, n, limiter, cfl):
+    vel, f, T = CASES[name]
+    s = TransportSolver(n, vel(), limiter=limiter, cfl=cfl, mass_rtol=math.inf)
+    mass = float(s.mesh.integrate_cells(f).sum())
+    g = lambda x: f(x) / mass  # a probability density, as the solver expects
+    t0 = time.perf_counter()
+    sol = s.solve(g, [0.0, T])
+    wall = time.perf_counter() - t0
+    exact = s.mesh.integrate_cells(g) / s.mesh.areas  # every case returns to its initial state
+    errs = tc.error_norms(sol.averages(1), exact, s.mesh.areas)
+    dmass = abs(sol.mass(1) - sol.mass(0)) / sol.mass(0)
+    return errs, dmass, float(sol.averages(1).min() / exact.max()), sol.stats["steps"], wall
+
+
+def transport(ns, cases, limiters, cfl):
+    print(f"| case | limiter | n | h | l1 | l2 | linf | order l1 | order l2 | order linf | "
+          f"mass change | min/max | steps | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in cases:
+        for lim in limiters:
+            prev = None
+            for n in ns:
+                from spherepde.sphere.cubed_sphere import CubedSphere
+
+                h = CubedSphere(n).h
+                errs, dm, mn, steps, wall = run_case(name, n, lim, cfl)
+                if prev is None:
+                    orders = ["", "", ""]
+                else:
+                    orders = [f"{math.log(p / e) / math.log(prev[1] / h):.2f}"
+                              for p, e in zip(prev[0], errs)]
+                prev = (errs, h)
+                print(f"| {name} | {lim} | {n} | {h:.4f} | {errs[0]:.3e} | {errs[1]:.3e} | "
+                      f"{errs[2]:.3e} | {orders[0]} | {orders[1]} | {orders[2]} | {dm:.1e} | "
+                      f"{mn:.1e} | {steps} | {wall:.1f} |", flush=True)
+
+
+def cost(ns, repeat):
+    import numba
+
+    import spherepde as sp
+    from spherepde.density.finite_volume import FiniteVolumeSolver, _march
+
+    model = sp.Model(K=np.eye(3), V=np.diag([1.0, 0.4, 0.0]), beta=math.inf)
+    print(f"numba threads: {numba.get_num_threads()}")
+    print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | step / pass |")
+    print("|---|---|---|---|---|---|---|")
+    for n in ns:
+        t0 = time.perf_counter()
+        solver = FiniteVolumeSolver(model, n)
+        build = time.perf_counter() - t0
+        m = solver.initial_masses(sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5))
+        un = solver.field(0.0, m)
+        solver.fv.tendency(m, un)  # compile
+        best = lambda fn: min(_timed(fn) for _ in range(repeat))
+        rhs = best(lambda: solver.fv.tendency(m, un))
+        dt = solver.cfl / solver.fv.tendency(m, un)[1]
+        step = best(lambda: _march(solver.fv, solver.field, m, [0.0, dt], solver.scheme,
+                                   solver.cfl))
+        ref = best(lambda: np.sqrt(m * 2.0 + 1.0).sum())
+        print(f"| {n} | {solver.mesh.n_cells} | {build:.2f} | {1e3 * rhs:.2f} | "
+              f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
+
+
+def exact_w2_zero_temperature(model, mu0, times, n_phi=256, per_panel=20):
+    """W2(rho_t, Pi#rho0) of the zero-temperature closed form (chordal, dim E = 1): the flow
+    keeps the sign of <x, e>, so W2² = int (2 - 2|<Phi_t(x0), e>|) rho0(x0) dx0.
+
+    The integrand has a layer of width ~e^{-gamma t} at E^perp ({<x0, e> = 0}, where the
+    tokens are slow), so t0 = <x0, e> is integrated by Gauss rules on geometric panels
+    [10^-k-1, 10^-k] (k = 0..11, both signs) and the angle around e by the trapezoid rule."""
+    import spherepde as sp
+
+    e = model.dominant_subspace()[:, 0]
+    u = np.cross(e, np.eye(3)[int(np.argmin(np.abs(e)))])
+    u /= np.linalg.norm(u)
+    v = np.cross(e, u)
+    g, gw = np.polynomial.legendre.leggauss(per_panel)
+    edges = np.concatenate([[0.0], 10.0 ** np.arange(-12, 1)])
+    t0 = np.concatenate([0.5 * (b - a) * g + 0.5 * (b + a) for a, b in zip(edges[:-1], edges[1:])])
+    tw = np.concatenate([0.5 * (b - a) * gw for a, b in zip(edges[:-1], edges[1:])])
+    t0, tw = np.concatenate([t0, -t0]), np.concatenate([tw, tw])
+    phi = 2 * np.pi * np.arange(n_phi) / n_phi
+    r = np.sqrt(1 - t0 ** 2)[:, None]
+    x0 = (t0[:, None, None] * e + r[..., None] * (np.cos(phi)[None, :, None] * u
+                                                 + np.sin(phi)[None, :, None] * v))
+    w = (tw[:, None] * (2 * np.pi / n_phi)) * mu0.density(x0)
+    x0 = x0.reshape(-1, 3)
+    out = []
+    for t in times:
+        xt = sp.exact.zero_temperature_flow(model, x0, float(t))
+        out.append(math.sqrt(max(float(np.sum(w.reshape(-1) * (2 - 2 * np.abs(xt @ e)))), 0.0)))
+    return np.array(out)
+
+
+def concentration(ns, betas, t_end, n_out):
+    """W2(rho_t, Pi#rho0) in the default scenario for each beta and n; at beta = inf also its
+    error against the closed form."""
+    import spherepde as sp
+    from spherepde.app.scenario import rotation_matrix
+    from spherepde.density.finite_volume import FiniteVolumeSolver
+
+    O = rotation_matrix([1, 1, 1], 0.9)
+    mu0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
+    times = np.linspace(0.0, t_end, n_out)
+    print("| beta | n | h | min W2 | t at min | W2(t_end) | max error vs closed form | steps | "
+          "wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    curves = {}
+    for beta in betas:
+        model = sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=beta)
+        ref = exact_w2_zero_temperature(model, mu0, times) if math.isinf(beta) else None
+        for n in ns:
+            solver = FiniteVolumeSolver(model, n)
+            t0 = time.perf_counter()
+            sol = solver.solve(mu0, times)
+            wall = time.perf_counter() - t0
+            vals = np.asarray(sp.w2_to_limit(sol).values)
+            curves[(beta, n)] = vals
+            i = int(np.argmin(vals))
+            err = "" if ref is None else f"{np.max(np.abs(vals - ref)):.3e}"
+            print(f"| {beta:g} | {n} | {solver.mesh.h:.4f} | {vals[i]:.4e} | {times[i]:.2f} | "
+                  f"{vals[-1]:.4e} | {err} | {sol.stats['steps']} | {wall:.0f} |", flush=True)
+        if ref is not None:
+            print("closed form W2(t):", np.array2string(ref, precision=4), flush=True)
+    np.savez("fv_concentration.npz", times=times,
+             **{f"beta={b:g}_n={n}": v for (b, n), v in curves.items()})
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["transport", "cost", "concentration"])
+    p.add_argument("--beta", type=float, nargs="+", default=[math.inf])
+    p.add_argument("--t-end", type=float, default=14.0)
+    p.add_argument("--n-out", type=int, default=57)
+    p.add_argument("--n", type=int, nargs="+")
+    p.add_argument("--cases", nargs="+", default=list(CASES))
+    p.add_argument("--limiter", nargs="+", default=["barth_jespersen"])
+    p.add_argument("--cfl", type=float, default=0.9)
+    p.add_argument("--repeat", type=int, default=3)
+    a = p.parse_args()
+    if a.what == "transport":
+        transport(a.n or [20, 40, 80], a.cases, a.limiter, a.cfl)
+    elif a.what == "cost":
+        cost(a.n or [64, 128, 256], a.repeat)
+    else:
+        concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out)

@@ -1,0 +1,309 @@
+"""Finite-volume solver on the cubed sphere (issue 10).
+
+Reference numbers come from exact geometry (areas, first moments), closed forms (rotated
+initial data under solid-body rotation, exact.zero_temperature_density, exact.growth_rate),
+conservation laws, and the spectral solver where both are resolved. Orders are measured on
+three meshes and compared with the scheme's design order 2. The full test-case tables (Nair &
+Lauritzen 2010, Lauritzen et al. 2012, Williamson et al. 1992) are in
+benchmarks/finite_volume.py, whose runs are too long for the suite.
+"""
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import eval_legendre
+
+import spherepde as sp
+from spherepde import exact
+from spherepde.analysis import transport_cases as tc
+from spherepde.app.scenario import rotation_matrix
+from spherepde.density.finite_volume import (FiniteVolumeScheme, FiniteVolumeSolution,
+                                             FiniteVolumeSolver, TransportSolver, locate)
+from spherepde.sphere.cubed_sphere import CubedSphere
+
+#: Mass is a sum of cell masses updated by antisymmetric fluxes: only round-off changes it.
+MASS_RTOL = 1e-13
+MU0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)  # the default scenario's rho_0
+
+
+def orders(errors, hs):
+    e, h = np.asarray(errors), np.asarray(hs)
+    return np.log(e[:-1] / e[1:]) / np.log(h[:-1] / h[1:])
+
+
+def assert_mass_conserved(sol):
+    m = np.asarray(sol.diagnostics["mass"])
+    assert np.max(np.abs(m - m[0])) <= MASS_RTOL * m[0], np.abs(m - m[0]).max()
+
+
+def rotated(f, axis_vec, angle):
+    """x -> f(R^T x) with R the rotation by angle about axis_vec (the solution of solid-body
+    rotation at the time the body has turned by angle)."""
+    R = rotation_matrix(axis_vec, angle)
+    return lambda x: f(x @ R)
+
+
+# ---------------------------------------------------------------- the mesh
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_mesh_geometry(n):
+    m = CubedSphere(n)
+    assert m.n_cells == 6 * n * n and m.n_faces == 12 * n * n
+    # exact cell areas: a sum of n_cells positive terms, so only round-off from the sum
+    assert abs(m.areas.sum() - 4 * np.pi) <= 1e-14 * 4 * np.pi * max(1, math.log2(m.n_cells))
+    # the closed-form areas and first moments against a 6x6 Gauss rule on each cell (error
+    # O(h^12): 2e-9 relative on a whole panel at n = 1, round-off from n = 3)
+    P, W = m.cell_quadrature(6)
+    np.testing.assert_allclose(W.sum(axis=1), m.areas, rtol=1e-14)
+    np.testing.assert_allclose(np.einsum("cq,cqk->ck", W, P), m.moments, atol=1e-8 * m.areas.max())
+    # connectivity: four distinct neighbours, symmetric, and each edge normal points from its
+    # owner's centre towards its neighbour's
+    nb = m.neighbors
+    assert all(len(set(r)) == 4 for r in nb) if n > 1 else True
+    for k in range(4):
+        assert np.all(np.any(m.neighbors[nb[:, k]] == np.arange(m.n_cells)[:, None], axis=1))
+    own, other = m.face_cells.T
+    assert np.all(np.sum(m.face_normals * (m.centers[other] - m.centers[own]), axis=1) > 0)
+    # edge points on the sphere and on the edge's great circle (normal ⊥ point)
+    np.testing.assert_allclose(np.linalg.norm(m.face_points, axis=-1), 1.0, atol=1e-15)
+    assert np.abs(np.sum(m.face_points * m.face_normals[:, None], -1)).max() < 1e-14
+    # the edge lengths of each cell's boundary sum to its perimeter, larger than the diagonal
+    assert m.h > 0 and m.h < np.pi
+
+
+def test_mesh_size_and_locate():
+    hs = [CubedSphere(n).h for n in (8, 16, 32)]
+    # equiangular: h is proportional to 1/n up to O(1/n^2) curvature corrections (0.3% at n = 8)
+    np.testing.assert_allclose(np.array(hs) * [8, 16, 32], hs[-1] * 32, rtol=5e-3)
+    m = CubedSphere(7)
+    np.testing.assert_array_equal(locate(m, m.centers), np.arange(m.n_cells))
+    x = sp.measures.Uniform(3).sample(2000, seed=1)
+    cell = locate(m, x)
+    # inside means on the inner side of the four edge planes of the located cell
+    n_out = m.face_normals[m.cell_faces[cell]] * m.cell_signs[cell][..., None]
+    assert np.all(np.einsum("mkd,md->mk", n_out, x) <= 1e-14)
+
+
+def test_bad_mesh_sizes():
+    for bad in (0, -3, 2.5, "x"):
+        with pytest.raises(ValueError, match="n \\(cells along a cube edge\\)"):
+            CubedSphere(bad)
+
+
+# ---------------------------------------------------------------- the reconstruction
+def test_reconstruction_is_second_order():
+    f = lambda x: 2.0 + np.sin(2.0 * x @ np.array([0.3, -0.5, 0.8]))
+    errs, hs = [], []
+    for n in (8, 16, 32):
+        s = FiniteVolumeScheme(n, "none")
+        vals = s.edge_values(s.mesh.integrate_cells(f, 4))
+        errs.append(np.abs(vals - f(s.mesh.face_points[s.mesh.cell_faces])).max())
+        hs.append(s.mesh.h)
+    # the reconstruction is exact for affine functions of x: edge-value error O(h^2);
+    # measured 1.76 (n = 8 is pre-asymptotic), then 1.91
+    assert orders(errs, hs)[-1] > 1.85, orders(errs, hs)
+
+
+@pytest.mark.parametrize("limiter", ["barth_jespersen", "positivity"])
+def test_limited_edge_values_obey_their_bounds(limiter):
+    s = FiniteVolumeScheme(6, limiter)
+    rng = np.random.default_rng(0)
+    m = rng.random(s.mesh.n_cells) ** 4 * s.mesh.areas  # rough data with near-zero cells
+    m[::7] = 0.0
+    vals = s.edge_values(m)
+    rho = m / s.mesh.areas
+    assert vals.min() >= 0.0
+    if limiter == "barth_jespersen":
+        nb = np.concatenate([rho[:, None], rho[s.mesh.neighbors]], axis=1)
+        assert np.all(vals <= nb.max(1)[:, None, None]) and np.all(vals >= nb.min(1)[:, None, None])
+    # the anchor identity behind positivity: the mean of the eight edge values is the average
+    np.testing.assert_allclose(vals.reshape(-1, 8).mean(1), rho, rtol=1e-12, atol=1e-14)
+
+
+# ---------------------------------------------------------------- pure transport
+@pytest.mark.parametrize("limiter", ["none", "positivity"])
+def test_solid_body_rotation_over_the_poles_is_second_order(limiter):
+    # a Gaussian hill carried a quarter turn over the north pole: it crosses panel edges and
+    # passes next to two cube corners
+    T, frac = 12.0, 0.25
+    axis_vec = np.array([-1.0, 0.0, 0.0])  # alpha = pi/2
+    hill = lambda x: np.exp(-5.0 * np.sum((x - np.array([0.0, -1.0, 0.0])) ** 2, -1))
+    norm = sp.sphere.integrate_s2(hill, 200)
+    f = lambda x: hill(x) / norm
+    l1, l2, hs = [], [], []
+    for n in (8, 16, 32):
+        s = TransportSolver(n, tc.solid_body_rotation(np.pi / 2, T), limiter=limiter)
+        sol = s.solve(f, [0.0, frac * T / 2, frac * T])
+        ex = s.mesh.integrate_cells(rotated(f, axis_vec, 2 * np.pi * frac)) / s.mesh.areas
+        e = tc.error_norms(sol.averages(-1), ex, s.mesh.areas)
+        l1.append(e[0]); l2.append(e[1]); hs.append(s.mesh.h)
+        assert_mass_conserved(sol)
+    # design order 2; measured 1.97/1.98 (none) and 1.92/1.95 (positivity) from n = 16 to 32
+    assert orders(l1, hs)[-1] > 1.8 and orders(l2, hs)[-1] > 1.8, (orders(l1, hs), orders(l2, hs))
+
+
+@pytest.mark.parametrize("limiter", ["barth_jespersen", "positivity"])
+def test_positivity_on_slotted_cylinders_in_the_divergent_flow(limiter):
+    # discontinuous data on a zero background: the hardest case for positivity
+    f = lambda x: tc.slotted_cylinders(x, background=0.0)
+    s = TransportSolver(12, tc.divergent_flow(), limiter=limiter, mass_rtol=np.inf)
+    m0 = s.mesh.integrate_cells(f)
+    sol = s.solve(m0 / m0.sum() / s.mesh.areas, np.linspace(0.0, 5.0, 6))
+    # proven for cfl <= 1 with an SSP scheme (module docstring); nothing is clipped
+    assert sol.masses.min() >= 0.0, sol.masses.min()
+    assert_mass_conserved(sol)
+    assert sol.stats["max_courant"] <= 1.0
+
+
+def test_unlimited_scheme_undershoots_on_slotted_cylinders():
+    # the positivity test above can fail: without a limiter the same run goes negative
+    f = lambda x: tc.slotted_cylinders(x, background=0.0)
+    s = TransportSolver(12, tc.divergent_flow(), limiter="none", mass_rtol=np.inf)
+    m0 = s.mesh.integrate_cells(f)
+    sol = s.solve(m0 / m0.sum() / s.mesh.areas, [0.0, 1.0])
+    assert sol.masses.min() < 0.0
+    assert_mass_conserved(sol)
+
+
+# ---------------------------------------------------------------- attention dynamics
+def test_zero_temperature_closed_form_second_order():
+    # default scenario's A = diag(1, 0.4, 0) with B = c·(rotation by 0.9 about (1,1,1))
+    O = rotation_matrix([1, 1, 1], 0.9)
+    model = sp.Model(K=1.3 * O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=np.inf)
+    T = 0.5
+    exact_rho = exact.zero_temperature_density(model, MU0, T).density
+    errs, hs = [], []
+    for n in (8, 16, 32):
+        s = FiniteVolumeSolver(model, n, limiter="positivity")
+        sol = s.solve(MU0, [0.0, T])
+        ex = s.mesh.integrate_cells(exact_rho, 4) / s.mesh.areas
+        errs.append(tc.error_norms(sol.averages(1), ex, s.mesh.areas)[0])
+        hs.append(s.mesh.h)
+        assert_mass_conserved(sol)
+        assert sol.masses.min() >= 0.0
+    # design order 2; measured 1.83, 1.95 (unlimited: the same to 3 digits)
+    assert orders(errs, hs)[-1] > 1.8, orders(errs, hs)
+
+
+def test_growth_rates_of_the_uniform_state_converge():
+    # Q = K = V = I, beta = 5: rho_0 = (1 + eps P_l(z))/(4 pi) grows like e^{lambda_l t}
+    beta, eps, ell = 5.0, 1e-4, 2
+    model = sp.Model(beta=beta)
+    rho0 = lambda x: (1.0 + eps * eval_legendre(ell, x[..., 2])) / (4 * np.pi)
+    times = np.linspace(0.0, 1.0, 6)
+    lam = float(exact.growth_rate(ell, beta))
+    errs = []
+    for n in (6, 12):
+        s = FiniteVolumeSolver(model, n, limiter="positivity")
+        sol = s.solve(rho0, times)
+        # the mode's amplitude: int rho P_l, by the cell masses at the centres
+        amp = sol.masses @ eval_legendre(ell, s.mesh.centers[:, 2])
+        rate = np.polyfit(times, np.log(amp), 1)[0]
+        errs.append(abs(rate - lam))
+        assert_mass_conserved(sol)
+    # second order: halving h divides the error by about 4 (measured 3.9); > 3 allows the
+    # pre-asymptotic part at n = 6, and the finer error is below 3% of lambda
+    assert errs[0] / errs[1] > 3.0 and errs[1] < 0.03 * lam, (errs, lam)
+
+
+def default_scenario(beta):
+    O = rotation_matrix([1, 1, 1], 0.9)
+    return sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=beta)
+
+
+def test_agreement_with_the_spectral_solver():
+    # the default scenario at beta = 9 up to t = 1.5, while the spectral solution is resolved:
+    # lmax = 40 and 56 agree to 5e-6 in l1 of the cell averages, far below the FV error
+    model = default_scenario(9.0)
+    times = [0.0, 1.5]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sp.density.ResolutionWarning)
+        ref = sp.SpectralSolver(model, lmax=40).solve(MU0, times)
+    errs = []
+    for n in (6, 12):
+        s = FiniteVolumeSolver(model, n, limiter="positivity")
+        sol = s.solve(MU0, times)
+        ex = s.mesh.integrate_cells(lambda x: ref.density(1, x), 3) / s.mesh.areas
+        errs.append(tc.error_norms(sol.averages(1), ex, s.mesh.areas)[0])
+        assert_mass_conserved(sol)
+    # second order gives a factor 4 per halving of h, first order 2; measured 3.0 at these
+    # coarse meshes (l1 = 1.9e-2, 6.2e-3), so > 2.5 separates the two
+    assert errs[0] / errs[1] > 2.5 and errs[1] < 0.01, errs
+
+
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+def test_general_B_runs_conservative_and_positive(normalized):
+    rng = np.random.default_rng(3)
+    model = sp.Model(Q=np.eye(3) + 0.3 * rng.standard_normal((3, 3)), V=np.diag([1, 0.5, -0.2]),
+                     beta=1.0, normalized=normalized)
+    sol = FiniteVolumeSolver(model, 6).solve(MU0, [0.0, 0.2, 0.4])
+    assert_mass_conserved(sol)
+    assert sol.masses.min() >= 0.0
+    # the face velocities are the model's velocity of the centroid measure
+    s = FiniteVolumeSolver(model, 6)
+    m = sol.masses[1]
+    v = model.velocity(s.mesh.face_points.reshape(-1, 3), s.mesh.centers, m / m.sum())
+    un = np.einsum("fqk,fk->fq", v.reshape(-1, 2, 3), s.mesh.face_normals)
+    np.testing.assert_allclose(s.field(0.0, m), un, atol=1e-12 * np.abs(un).max())
+
+
+@pytest.mark.parametrize("beta", [9.0, 64.0])
+def test_harmonic_face_velocities_match_direct_quadrature_of_the_cell_measure(beta):
+    pytest.importorskip("spherepde.interaction.harmonic")
+    model = default_scenario(beta)
+    s = FiniteVolumeSolver(model, 8, path="harmonic")
+    m = s.initial_masses(MU0)
+    un = s.field(0.0, m)
+    # the same measure (each cell's mass on its 2x2 Gauss nodes) by direct quadrature
+    f = s.field
+    w = (m[:, None] * f.node_weights).reshape(-1)
+    pts = f.nodes.reshape(-1, 3)
+    att = sp.interaction.attention(s.mesh.face_points.reshape(-1, 3), pts @ model.B.T,
+                                   pts @ model.V.T, w, beta, True)
+    ref = np.einsum("fqk,fk->fq", att.reshape(-1, 2, 3), s.mesh.face_normals)
+    # the harmonic truncation tolerance is 1e-12 relative to |V|·(mean G / G(x)); the
+    # density here is within a factor ~20 of uniform, so 1e-9 has a wide margin
+    np.testing.assert_allclose(un, ref, atol=1e-9 * np.abs(ref).max())
+
+
+# ---------------------------------------------------------------- the solution object
+def test_solution_api_and_round_trip(tmp_path):
+    assert sp.FiniteVolumeSolver is FiniteVolumeSolver and "FiniteVolumeSolver" in sp.__all__
+    model = default_scenario(np.inf)
+    s = FiniteVolumeSolver(model, 5)
+    assert s.mesh.n_cells == 150
+    sol = s.solve(sp.measures.Uniform(3), [0.0, 0.2])
+    # the uniform density is reproduced exactly by the reconstruction at t = 0
+    x = sp.measures.Uniform(3).sample(50, seed=0)
+    np.testing.assert_allclose(sol.density(0, x), 1 / (4 * np.pi), rtol=1e-12)
+    mu = sol.measure(1)
+    assert mu.points.shape == (150, 3) and abs(mu.weights.sum() - 1) < 1e-14
+    path = sol.save(tmp_path / "fv")
+    back = FiniteVolumeSolution.load(path)
+    np.testing.assert_array_equal(back.masses, sol.masses)
+    np.testing.assert_allclose(back.density(1, x), sol.density(1, x))
+    assert back.model.beta == np.inf
+    # an array of cell averages is accepted as density0
+    again = s.solve(sol.averages(1), [0.0, 0.1])
+    np.testing.assert_allclose(again.masses[0], sol.masses[1], rtol=1e-14)
+
+
+def test_bad_input_is_explained():
+    model = default_scenario(np.inf)
+    with pytest.raises(ValueError, match="not strong-stability preserving"):
+        FiniteVolumeSolver(model, 4, scheme="rk4")
+    with pytest.raises(ValueError, match="unknown limiter"):
+        FiniteVolumeSolver(model, 4, limiter="superbee")
+    with pytest.raises(ValueError, match="cfl must be"):
+        FiniteVolumeSolver(model, 4, cfl=0.0)
+    with pytest.raises(ValueError, match="works on S\\^2"):
+        FiniteVolumeSolver(sp.Model(d=4), 4)
+    s = FiniteVolumeSolver(model, 4)
+    with pytest.raises(ValueError, match="integrates to"):
+        s.solve(lambda x: np.ones(x.shape[:-1]), [0.0, 1.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        s.solve(lambda x: (x[..., 2] + 0.1) / (0.4 * np.pi), [0.0, 1.0])
+    with pytest.raises(ValueError, match="cell averages"):
+        s.solve(np.ones(7), [0.0, 1.0])
+    with pytest.raises(TypeError, match="point cloud"):
+        s.solve(sp.PointCloud(np.eye(3)), [0.0, 1.0])
