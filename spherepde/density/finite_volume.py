@@ -46,7 +46,7 @@ from numba import njit, prange
 from .. import interaction, timestepping
 from ..measures import Measure, PointCloud
 from ..sphere.cubed_sphere import PANELS, CubedSphere
-from .common import check_mass, check_values, density_callable, initial_measure
+from .base import check_mass, check_values, density_callable, initial_measure
 
 __all__ = ["FiniteVolumeSolver", "FiniteVolumeSolution", "FiniteVolumeScheme", "TransportSolver",
            "LIMITERS", "SSP_SCHEMES"]

@@ -83,6 +83,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit, prange
 
 from ..sphere import orthogonal_factor
 from ..transforms.sht import lm_arrays
@@ -149,15 +150,76 @@ class Moments:
 def _loc(n: np.ndarray) -> np.ndarray:
     """(theta, phi) of unit vectors n: (m, 3), as ducc0 wants them: (m, 2) contiguous."""
     loc = np.empty((n.shape[0], 2))
-    loc[:, 0] = np.arccos(np.clip(n[:, 2], -1.0, 1.0))
-    loc[:, 1] = np.arctan2(n[:, 1], n[:, 0])
-    loc[:, 1] %= 2.0 * np.pi
+    _colatitude_longitude(np.ascontiguousarray(n), loc)
     return loc
+
+
+@njit(parallel=True, cache=True)
+def _colatitude_longitude(n, loc):
+    two_pi = 2.0 * np.pi
+    for i in prange(n.shape[0]):
+        loc[i, 0] = np.arccos(min(1.0, max(-1.0, n[i, 2])))
+        phi = np.arctan2(n[i, 1], n[i, 0])
+        loc[i, 1] = phi + two_pi if phi < 0 else phi
 
 
 def _suffix_sums(terms):
     """out[l] = sum of terms[l:] (the tail beyond l - 1)."""
     return np.cumsum(terms[::-1])[::-1]
+
+
+# Per-point assembly, fused and parallel: on (N, 3) arrays numpy's temporaries and its BLAS
+# calls for 3x3 products cost more than the transforms themselves (measured at N = 10^6).
+@njit(parallel=True, cache=True)
+def _directions(x, B, beta, nx, kappa):
+    """nx_i = B^T x_i / |B^T x_i| and kappa_i = beta |B^T x_i| for x: (m, d)."""
+    m, d = x.shape
+    for i in prange(m):
+        r2 = 0.0
+        for a in range(d):
+            v = 0.0
+            for b in range(d):
+                v += x[i, b] * B[b, a]
+            nx[i, a] = v
+            r2 += v * v
+        r = np.sqrt(r2)
+        kappa[i] = beta * r
+        inv = 1.0 / r if r > 0 else 1.0
+        for a in range(d):
+            nx[i, a] *= inv
+
+
+@njit(parallel=True, cache=True)
+def _add_w_s2(nx, wr, vt, vp, T, W):
+    """W_i += T_i (n_i W_r + e_theta v_theta + e_phi v_phi) at the unit vectors n_i; T may
+    be empty (factor 1). e_theta, e_phi are those of ducc0's (theta, phi) of n_i."""
+    for i in prange(nx.shape[0]):
+        z = nx[i, 2]
+        st = np.sqrt(nx[i, 0] ** 2 + nx[i, 1] ** 2)
+        cp, sp = (nx[i, 0] / st, nx[i, 1] / st) if st > 0 else (1.0, 0.0)  # phi = 0 at a pole
+        t = T[i] if T.size else 1.0
+        a, b, c = wr[i], vt[i], vp[i]
+        W[i, 0] += t * (nx[i, 0] * a + z * cp * b - sp * c)
+        W[i, 1] += t * (nx[i, 1] * a + z * sp * b + cp * c)
+        W[i, 2] += t * (z * a - st * b)
+
+
+@njit(parallel=True, cache=True, error_model="numpy")  # 1/0 -> inf: G <= 0 is flagged by the bound
+def _output(W, V, G, kappa, normalized, out):
+    """out_i = V W_i / G_i (SA) or e^{kappa_i} V W_i (USA, e^kappa in two factors: alone it
+    may overflow where the result does not)."""
+    m, d = W.shape
+    for i in prange(m):
+        if normalized:
+            f1, f2 = 1.0 / G[i], 1.0
+        else:
+            k1 = min(kappa[i], LOG_FLOAT_MAX)
+            f1, f2 = np.exp(kappa[i] - k1), np.exp(k1)
+        for a in range(d):
+            v = 0.0
+            for b in range(d):
+                v += V[a, b] * W[i, b]
+            out[i, a] = (v * f1) * f2
 
 
 class HarmonicField:
@@ -496,23 +558,23 @@ class HarmonicField:
             raise ValueError(f"these moments are of degree {mom.degree} on S^{mom.d - 1}; this "
                              f"field needs degree {self.degree} on S^{self.d - 1} (compute them "
                              "with this field's moments methods)")
-        bx = x @ self.B  # rows B^T x
-        r = np.linalg.norm(bx, axis=1)
-        kappa = self.beta * r
-        nx = bx / np.where(r > 0, r, 1.0)[:, None]
+        m = x.shape[0]
+        nx = np.empty((m, self.d))
+        kappa = np.empty(m)
+        _directions(x, self.B, self.beta, nx, kappa)
         P = self.n_terms
         if P > 1:
             kmin, kmax = self.kappa_range
             s = np.clip((kappa - 0.5 * (kmax + kmin)) / (0.5 * (kmax - kmin)), -1.0, 1.0)
-        m = x.shape[0]
         G = np.zeros(m) if want_G else None
         W = np.zeros((m, self.d))
         T_prev = T = None
         synth = self._synth_s2(nx) if self.d == 3 else self._synth_s1(nx, m)
+        no_factor = np.empty(0)
         for p in range(P):
             # Chebyshev polynomials of s by their recurrence, one term at a time
             if P == 1:
-                Tp = 1.0
+                Tp = no_factor
             elif p == 0:
                 Tp = np.ones(m)
             elif p == 1:
@@ -520,24 +582,19 @@ class HarmonicField:
             else:
                 Tp = 2.0 * s * T - T_prev
             T_prev, T = T, Tp
-            g, w = synth(self._coef[p], mom.coefficients, want_G)
+            g = synth(self._coef[p], mom.coefficients, want_G, Tp, W)
             if want_G:
-                G += Tp * g
-            W += (Tp * w.T).T if P > 1 else w
+                G += g if P == 1 else Tp * g
         return G, W, kappa
 
     def _synth_s2(self, nx):
         import ducc0
 
-        loc = _loc(nx)
-        ct, st = np.cos(loc[:, 0]), np.sin(loc[:, 0])
-        cp, sp_ = np.cos(loc[:, 1]), np.sin(loc[:, 1])
-        e_t = np.stack([ct * cp, ct * sp_, -st], axis=-1)
-        e_p = np.stack([-sp_, cp, np.zeros_like(cp)], axis=-1)
-        kw = dict(lmax=self.degree, loc=loc, epsilon=self.nufft_eps, nthreads=self.nthreads)
+        kw = dict(lmax=self.degree, loc=_loc(nx), epsilon=self.nufft_eps, nthreads=self.nthreads)
         l, sq = self._l, self._sqrt_llp1
 
-        def synth(coef, rho, want_G):
+        def synth(coef, rho, want_G, T, W):
+            """Adds T·W of this term to W; returns its G (or None)."""
             g = None
             if want_G:
                 g = ducc0.sht.synthesis_general(alm=(coef[0][l] * rho)[None], spin=0, **kw)[0]
@@ -545,8 +602,8 @@ class HarmonicField:
             # spin-1 gradient: ducc0's E-mode is sqrt(l(l+1)) times the spheroidal potential
             vt, vp = ducc0.sht.synthesis_general(alm=(coef[2][l] * sq * rho)[None], spin=1,
                                                  mode="GRAD_ONLY", **kw)
-            w = nx * wr[:, None] + e_t * vt[:, None] + e_p * vp[:, None]
-            return g, w
+            _add_w_s2(nx, wr, vt, vp, T, W)
+            return g
 
         return synth
 
@@ -568,14 +625,17 @@ class HarmonicField:
                                         forward=False, epsilon=self.nufft_eps,
                                         nthreads=self.nthreads)
 
-        def synth(coef, rho, want_G):
+        def synth(coef, rho, want_G, T, W):
+            """Adds T·W of this term to W; returns its G (or None)."""
             mult = coef[0][inside]  # 2 pi e^{-kappa} I_|k|, k = -K..K
             full = np.concatenate([np.conj(rho[1:][::-1]), rho])  # rho_k, k = -K..K
             shifted = np.concatenate([[0.0], full[:-1]])  # rho_{k-1}; rho_{-K-1} is dropped
             Wk = mult * shifted
             vals = at_points(np.stack([mult * full, Wk]) if want_G else Wk[None])
-            g = vals[0].real if want_G else None
-            return g, np.stack([vals[-1].real, vals[-1].imag], axis=-1)
+            w = vals[-1] if T.size == 0 else T * vals[-1]
+            W[:, 0] += w.real
+            W[:, 1] += w.imag
+            return vals[0].real if want_G else None
 
         return synth
 
@@ -601,17 +661,12 @@ class HarmonicField:
             raise ValueError(f"x must have shape (m, {self.d}); got {x.shape}")
         want_G = self.normalized or return_bound or self._usa_may_overflow(moments)
         G, W, kappa = self._fields(x, moments, want_G)
-        if self.normalized:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                att = (W @ self.V.T) / G[:, None]
-        else:
-            if G is not None and x.shape[0]:
-                top = float(np.max(kappa + np.log(np.maximum(G, 1e-300))))
-                if top > LOG_FLOAT_MAX:
-                    raise usa_overflow_error(top, self.beta)
-            # e^kappa in two factors: e^kappa alone may overflow where the result does not
-            k1 = np.minimum(kappa, LOG_FLOAT_MAX)
-            att = ((W @ self.V.T) * np.exp(kappa - k1)[:, None]) * np.exp(k1)[:, None]
+        if not self.normalized and G is not None and x.shape[0]:
+            top = float(np.max(kappa + np.log(np.maximum(G, 1e-300))))
+            if top > LOG_FLOAT_MAX:
+                raise usa_overflow_error(top, self.beta)
+        att = np.empty_like(W)
+        _output(W, self.V, G if G is not None else kappa, kappa, self.normalized, att)
         if not return_bound:
             return att
         E = moments.mass * self.error_level + self._numerical_error(moments, G)
