@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .io import save_npz
+from . import io
 from .measures import PointCloud
 from .model import Model
 from .registry import renamed_keyword
@@ -65,10 +65,11 @@ class Trajectory:
     initial_measure : PointCloud of all N tokens at times[0]
     radii : (T, n) |z| of Pre-LN layers, else None
     stats : dict of integrator statistics (steps, rejected, fevals)
+    settings : dict of the solver settings that produced it (scheme, rtol, atol, dt, kernel)
     """
 
     def __init__(self, times, positions, weights, model, initial_measure, token_index=None,
-                 radii=None, stats=None, kind="ode"):
+                 radii=None, stats=None, kind="ode", settings=None):
         self.times = np.asarray(times, dtype=np.float64)
         self.positions = np.asarray(positions, dtype=np.float64)
         self.weights = np.asarray(weights, dtype=np.float64)
@@ -80,6 +81,7 @@ class Trajectory:
         self.radii = None if radii is None else np.asarray(radii, dtype=np.float64)
         self.stats = dict(stats or {})
         self.kind = kind
+        self.settings = dict(settings or {})
 
     def __len__(self) -> int:
         return self.times.size
@@ -103,32 +105,64 @@ class Trajectory:
         return PointCloud(self.positions[i], w / total if total > 0 else None)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path) -> None:
-        """Write the trajectory to ``path`` (.npz), atomically: a temporary file in the same
-        directory is written first and then renamed over ``path``."""
-        data = dict(times=self.times, positions=self.positions, weights=self.weights,
-                    token_index=self.token_index,
-                    initial_points=self.initial_measure.points,
-                    initial_weights=self.initial_measure.weights,
-                    kind=np.str_(self.kind),
-                    stats_keys=np.array(list(self.stats), dtype=np.str_),
-                    stats_values=np.array([float(v) for v in self.stats.values()]),
-                    **self.model.to_arrays())
+    def to_xarray(self):
+        """The trajectory as an :class:`xarray.Dataset`.
+
+        Variables: ``positions`` (time, token, component), ``weights`` (token), ``radii``
+        (time, token; Pre-LN layers only), ``initial_positions`` / ``initial_weights`` (all N
+        tokens at times[0], dims initial_token, component). Coordinates: ``time`` (model time,
+        or k·h for layers), ``token`` (index in the initial configuration), ``component``
+        (0..d-1). The model is in the ``model_*`` attributes, the solver settings in
+        ``setting_*``, the integrator statistics in ``stat_*``.
+        """
+        import xarray as xr
+
+        one = {"units": "1"}
+        data = {
+            "positions": (("time", "token", "component"), self.positions,
+                          {**one, "long_name": "token position (unit vector in R^d)"}),
+            "weights": ("token", self.weights, {**one, "long_name": "token weight"}),
+            "initial_positions": (("initial_token", "component"), self.initial_measure.points,
+                                  {**one, "long_name": "all tokens at the initial time"}),
+            "initial_weights": ("initial_token", self.initial_measure.weights,
+                                {**one, "long_name": "weights of all tokens at the initial time"}),
+        }
         if self.radii is not None:
-            data["radii"] = self.radii
-        save_npz(path, **data)
+            data["radii"] = (("time", "token"), self.radii,
+                             {**one, "long_name": "norm |z| of the Pre-LN state"})
+        coords = {"time": io.time_coord(self.times, "layer depth k·h" if self.kind != "ode"
+                                        else "model time"),
+                  "token": ("token", self.token_index, {"long_name": "token index"}),
+                  "component": ("component", np.arange(self.d),
+                                {"long_name": "Cartesian component in R^d"})}
+        attrs = {**io.global_attrs("tokens on the sphere (spherepde particles)", "trajectory"),
+                 "trajectory_kind": self.kind, **io.model_attrs(self.model),
+                 **io.settings_attrs(self.settings),
+                 **io.settings_attrs(self.stats, prefix="stat_")}
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    @classmethod
+    def from_xarray(cls, ds) -> "Trajectory":
+        """Rebuild a trajectory from :meth:`to_xarray`'s Dataset (e.g. read from NetCDF)."""
+        if ds.attrs.get("spherepde_kind") != "trajectory":
+            raise ValueError(f"the dataset holds {ds.attrs.get('spherepde_kind', 'no spherepde result')!r}, "
+                             "not a trajectory")
+        initial = PointCloud(ds["initial_positions"].values, ds["initial_weights"].values)
+        radii = ds["radii"].values if "radii" in ds else None
+        return cls(ds["time"].values, ds["positions"].values, ds["weights"].values,
+                   io.model_from_attrs(ds.attrs), initial, token_index=ds["token"].values,
+                   radii=radii, stats=io.settings_from_attrs(ds.attrs, "stat_"),
+                   kind=str(ds.attrs["trajectory_kind"]),
+                   settings=io.settings_from_attrs(ds.attrs))
+
+    def save(self, path):
+        """Write the trajectory to ``path`` as NetCDF (:meth:`to_xarray`), atomically."""
+        return io.save_dataset(self.to_xarray(), path)
 
     @classmethod
     def load(cls, path) -> "Trajectory":
         """Read a trajectory written by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as f:
-            model = Model.from_arrays(f)
-            initial = PointCloud(f["initial_points"], f["initial_weights"])
-            stats = dict(zip([str(k) for k in f["stats_keys"]], f["stats_values"].tolist()))
-            radii = f["radii"] if "radii" in f.files else None
-            return cls(f["times"], f["positions"], f["weights"], model, initial,
-                       token_index=f["token_index"], radii=radii, stats=stats,
-                       kind=str(f["kind"]))
+        return cls.from_xarray(io.open_dataset(path))
 
     def __repr__(self) -> str:
         return (f"Trajectory(T={len(self)}, n={self.n}, d={self.d}, "
@@ -323,7 +357,7 @@ class ParticleSolver:
         except StepSizeError as exc:
             raise StepSizeError(f"{exc}. {self._step_hint()}") from None
         return Trajectory(times[kept], np.stack(stored), select(w), self.model, cloud,
-                          token_index=sel, stats=stats, kind="ode")
+                          token_index=sel, stats=stats, kind="ode", settings=self._settings())
 
     # ------------------------------------------------------------------ layers
     def layers(self, x0, n_layers: int, h: float, kind: str = "post-ln", weights=None, *,
@@ -389,7 +423,15 @@ class ParticleSolver:
         times = h * np.asarray(keep, dtype=np.float64)
         return Trajectory(times, np.stack(pos), w if sel is None else w[sel], self.model, cloud,
                           token_index=sel, radii=np.stack(rad) if kind == "pre-ln" else None,
-                          stats={"layers": n_layers}, kind=kind)
+                          stats={"layers": n_layers}, kind=kind,
+                          settings={"h": h, "kernel": self.kernel})
+
+    def _settings(self) -> dict:
+        adaptive = self.tableau.adaptive
+        out = {"scheme": self.scheme, "rtol": self.rtol if adaptive else None,
+               "atol": self.atol if adaptive else None, "dt": self.dt, "dt_max": self.dt_max,
+               "kernel": self.kernel}
+        return {k: v for k, v in out.items() if v is not None}
 
     def __repr__(self) -> str:
         step = (f"rtol={self.rtol}, atol={self.atol}" if self.tableau.adaptive

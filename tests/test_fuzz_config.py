@@ -77,6 +77,9 @@ def with_gap(v):
 
 
 VALID = {
+    # spherepde run takes the "rotation" set-up on S^2 only (identity and d != 3: sweeps)
+    "model.matrices": st.just("rotation"),
+    "model.d": st.just(3),
     "model.eigenvalues": st.lists(st.floats(-100, 100), min_size=3, max_size=3).filter(with_gap),
     "model.rotation_angle": st.floats(-1e6, 1e6),
     "model.rotation_axis": nonzero3,
@@ -127,6 +130,11 @@ anything_but_number = st.one_of(st.text(max_size=5), st.booleans(), st.lists(st.
                                 st.dictionaries(st.sampled_from("ab"), st.integers(), max_size=1))
 non_finite = st.sampled_from([math.nan, math.inf, -math.inf])
 BAD = {
+    "model.matrices": st.one_of(text.filter(lambda s: s not in ("rotation", "identity")),
+                                st.integers(), st.booleans()),
+    # out of range, not an integer, or d != 3 with the "rotation" set-up
+    "model.d": st.one_of(st.integers(max_value=1), st.integers(min_value=65),
+                         st.integers(4, 64), st.floats(2.5, 9.5), st.text(max_size=3)),
     "model.eigenvalues": st.one_of(
         st.lists(st.floats(-100, 100), min_size=3, max_size=3).filter(lambda v: not with_gap(v)),
         st.lists(finite, min_size=0, max_size=2), st.lists(finite, min_size=4, max_size=5),

@@ -5,6 +5,7 @@ The jobs are children of a forkserver that has imported spherepde once, so each 
 a fork, not a Python start-up; a child killed by SIGKILL gets no chance to clean up, exactly
 like a process killed by the operating system.
 """
+import json
 import multiprocessing as mp
 import shutil
 import time
@@ -59,8 +60,10 @@ def saved_runs(folder):
 
 
 def result_arrays(folder):
-    d = io.load_npz(folder / "results.npz")
-    return {k: v for k, v in d.items() if k != "meta"}, d["meta"]
+    """results.nc as arrays (wall times left out: they differ between runs) and its scenario."""
+    ds = io.open_dataset(folder / "results.nc")
+    arrays = {k: ds[k].values for k in ds.variables if k != "seconds"}
+    return arrays, {"scenario": json.loads(ds.attrs["scenario"])}
 
 
 @pytest.mark.slow
@@ -108,7 +111,7 @@ def test_sigkill_at_random_moments(ctx, tmp_path):
             assert not list(work.rglob("*.part"))  # temporaries of killed writers cleaned
             shutil.rmtree(work)  # start over, so that later kills land in fresh work again
             first_seen = {}
-        elif (work / "results.npz").exists() and not (work / scenario.IN_PROGRESS).exists():
+        elif (work / "results.nc").exists() and not (work / scenario.IN_PROGRESS).exists():
             # without the in-progress mark, the top-level files are a complete set
             assert (work / "summary.md").exists() and (work / "scenario.json").exists()
             result_arrays(work)

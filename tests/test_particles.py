@@ -189,7 +189,7 @@ def test_trajectory_thinning_subset_and_io(tmp_path):
     mu = thin.measure(1)
     assert isinstance(mu, sp.PointCloud) and mu.weights.sum() == pytest.approx(1.0)
 
-    path = tmp_path / "traj.npz"
+    path = tmp_path / "traj.nc"
     thin.save(path)
     back = Trajectory.load(path)
     np.testing.assert_array_equal(back.positions, thin.positions)
@@ -197,7 +197,7 @@ def test_trajectory_thinning_subset_and_io(tmp_path):
     np.testing.assert_array_equal(back.token_index, [0, 3, 5])
     np.testing.assert_array_equal(back.model.V, thin.model.V)
     assert back.model.beta == 2.0 and back.model.normalized
-    assert [p.name for p in tmp_path.iterdir()] == ["traj.npz"]  # no temporary file left
+    assert [p.name for p in tmp_path.iterdir()] == ["traj.nc"]  # no temporary file left
 
 
 # ---------------------------------------------------------------- bad input

@@ -132,8 +132,7 @@ def test_scenario_json_is_strict_and_lists_only_used_keys(tiny, tmp_path, capsys
     assert set(data["initial"]) == {"kind", "mean", "kappa"}  # no bimodal keys for a vMF
     assert "rescale_time" not in data["model"]  # SA: unused
     assert not (out / scenario.IN_PROGRESS).exists()
-    meta = io.load_npz(out / "results.npz")["meta"]
-    assert meta["scenario"] == data
+    assert json.loads(io.open_dataset(out / "results.nc").attrs["scenario"]) == data
     # the rerun says what it reused
     code, stdout, _ = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
     assert code == 0 and "2 of 2 runs reused from" in stdout
@@ -147,7 +146,7 @@ def test_files_follow_the_umask(tiny, tmp_path, capsys):
     finally:
         os.umask(old)
     assert code == 0
-    for p in [tmp_path / "o" / "results.npz", tmp_path / "o" / "summary.md",
+    for p in [tmp_path / "o" / "results.nc", tmp_path / "o" / "summary.md",
               tmp_path / "o" / "runs" / "particles_beta=2.npz"]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o640, p  # 0666 & ~0027
 
@@ -186,11 +185,11 @@ def test_interrupted_run_marks_the_folder_and_says_what_finished(tiny, tmp_path,
     calls = []
     real = scenario.run_one
 
-    def run_one(task):
+    def run_one(task, **kw):
         if calls:
             raise KeyboardInterrupt  # Ctrl-C during the second run
         calls.append(task)
-        return real(task)
+        return real(task, **kw)
 
     monkeypatch.setattr(scenario, "run_one", run_one)
     code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pathlib import Path
+
 from .config import ConfigError
 
 #: Exit codes: 2 for bad input (as argparse does), 130 = 128 + SIGINT for Ctrl-C.
@@ -38,6 +40,27 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-figures", dest="figures", action="store_false",
                      help="skip the figures (results.npz, summary.md and scenario.json only)")
     run.set_defaults(handler=_run)
+
+    plot = sub.add_parser("plot", help="redraw the figures of a saved run without recomputing")
+    plot.add_argument("results", help="results.nc of a run, or the run's output folder")
+    plot.add_argument("--out", default=None,
+                      help="folder for the figures (default: the folder of results.nc)")
+    plot.add_argument("--no-animation", action="store_true", help="skip the GIF/MP4 animation")
+    plot.set_defaults(handler=_plot)
+
+    sweep = sub.add_parser("sweep", help="run a parameter sweep on Dask (see docs/sweeps.md)")
+    sweep.add_argument("config", help="TOML sweep file: [sweep], [base], [axes]")
+    sweep.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="address of a running Dask scheduler (tcp://host:8786); default: a "
+                            "local cluster with one worker per core")
+    sweep.add_argument("--workers", type=int, default=None,
+                       help="number of local workers (default: one per core)")
+    sweep.add_argument("--out", default=None, help="output folder (default: [sweep] out)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(handler=_sweep)
+
+    info = sub.add_parser("info", help="versions, backends found, and where results go")
+    info.set_defaults(handler=_info)
     return parser
 
 
@@ -68,6 +91,59 @@ def _run(args) -> int:
         print(f"spherepde: {res['reused']} of {n} runs reused from {res['out'] / 'runs'} "
               "(--fresh recomputes them)")
     print(f"spherepde: results written to {res['out'].resolve()}")
+    return 0
+
+
+def _plot(args) -> int:
+    from pathlib import Path
+
+    from .plotting import plot_results
+    from .results import load_results
+
+    try:
+        ds = load_results(args.results)
+    except (FileNotFoundError, ValueError) as exc:
+        return _error(str(exc), EXIT_BAD_INPUT)
+    src = Path(args.results)
+    folder = Path(args.out) if args.out else (src if src.is_dir() else src.parent)
+    try:
+        written = plot_results(ds, folder, animate=not args.no_animation)
+    except OSError as exc:
+        return _error(f"cannot write the figures to {folder}: {exc.strerror or exc}",
+                      EXIT_BAD_INPUT)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _sweep(args) -> int:
+    from .sweep import SweepError, run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        return _error(f"--workers must be >= 1; got {args.workers}", EXIT_BAD_INPUT)
+    try:
+        res = run_sweep(args.config, scheduler=args.scheduler, n_workers=args.workers,
+                        out=args.out, progress=not args.quiet)
+    except (SweepError, ConfigError) as exc:
+        return _error(f"invalid sweep: {exc}", EXIT_BAD_INPUT)
+    except OSError as exc:  # scheduler unreachable, folder not writable
+        return _error(f"the sweep could not run: {exc}", EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        return _error("interrupted; finished tasks are saved, run the same command again to "
+                      "resume", EXIT_INTERRUPTED)
+    n = len(res["done"]) + len(res["skipped"]) + len(res["failed"])
+    print(f"spherepde: {len(res['done'])} tasks computed, {len(res['skipped'])} reused, "
+          f"{len(res['failed'])} failed, of {n}")
+    print(f"spherepde: results gathered in {(res['out'] / 'sweep.nc').resolve()}")
+    if res["figure"] is not None:
+        print(f"spherepde: phase diagram in {Path(res['figure']).resolve()}")
+    return 1 if res["failed"] else 0
+
+
+def _info(args) -> int:
+    from .info import info_text
+
+    print(info_text())
     return 0
 
 

@@ -7,6 +7,9 @@ names the key and what it accepts.
 .. code-block:: toml
 
     [model]
+    matrices = "rotation"            # "rotation": the set-up below; "identity": Q = K = V = I
+    d = 3                            # tokens on S^{d-1}; d != 3 needs "identity", a uniform
+                                     # initial measure and the spectral solver off
     eigenvalues = [1.0, 0.4, 0.0]    # eigenvalues of A = V B^T, descending; gap = 1st - 2nd
     rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
     rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
@@ -59,6 +62,8 @@ class ConfigError(ValueError):
 
 DEFAULT = {
     "model": {
+        "matrices": "rotation",
+        "d": 3,
         "eigenvalues": [1.0, 0.4, 0.0],
         "rotation_angle": 0.9,
         "rotation_axis": [1.0, 1.0, 1.0],
@@ -81,6 +86,9 @@ INITIAL_KEYS = {"uniform": (), "vmf": ("mean", "kappa"), "bimodal": ("mean", "ka
 MAX_EIGENVALUE = 100.0
 MAX_T_END = 1000.0
 MAX_BETA = 1e4
+#: The weight matrices a scenario can ask for, and the largest dimension d.
+MATRICES = ("rotation", "identity")
+MAX_D = 64
 #: Largest beta of a USA scenario: its steps are ~e^-beta times those of SA (e^12 ~ 1.6e5).
 USA_MAX_BETA = 12.0
 #: Largest beta of a rescaled USA scenario: the kernel e^(beta |B|) (|B| = 1) must fit float64.
@@ -156,6 +164,12 @@ def validate_config(user: dict | None) -> dict:
             cfg[section][key] = v
 
     m = cfg["model"]
+    if m["matrices"] not in MATRICES:
+        raise ConfigError(f"model.matrices must be one of {list(MATRICES)}; got {m['matrices']!r}")
+    m["d"] = _number("model.d", m["d"], lo=2, hi=MAX_D, integer=True)
+    if m["d"] != 3 and m["matrices"] != "identity":
+        raise ConfigError(f"model.d = {m['d']} needs model.matrices = \"identity\" (the "
+                          "\"rotation\" set-up is defined on S^2, d = 3)")
     ev = _numbers("model.eigenvalues", m["eigenvalues"], 3, " (the spectrum of A = V B^T on S^2)")
     if max(abs(a) for a in ev) > MAX_EIGENVALUE:
         raise ConfigError(f"model.eigenvalues must lie in [-{MAX_EIGENVALUE:g}, {MAX_EIGENVALUE:g}] "
@@ -183,6 +197,10 @@ def validate_config(user: dict | None) -> dict:
     if min(w) < 0 or abs(sum(w) - 1.0) > 1e-9:
         raise ConfigError(f"initial.weights must be two numbers >= 0 summing to 1; got {w}")
     ini["weights"] = w
+
+    if m["d"] != 3 and ini["kind"] != "uniform":
+        raise ConfigError(f"model.d = {m['d']} needs initial.kind = \"uniform\" (the caps are "
+                          f"given by 3-vectors); got {ini['kind']!r}")
 
     r = cfg["run"]
     if not isinstance(r["betas"], list) or not r["betas"]:
@@ -213,6 +231,9 @@ def validate_config(user: dict | None) -> dict:
     s["enabled"] = _bool("spectral.enabled", s["enabled"])
     s["lmax"] = _number("spectral.lmax", s["lmax"], lo=8, hi=1023, integer=True)
     s["t_end"] = _number("spectral.t_end", s["t_end"], lo=0.0, lo_open=True, hi=MAX_T_END)
+    if s["enabled"] and m["d"] != 3:
+        raise ConfigError(f"model.d = {m['d']} needs spectral.enabled = false (the density "
+                          "solver works on S^2)")
 
     o = cfg["output"]
     if not isinstance(o["dir"], str) or not o["dir"] or "\0" in o["dir"]:
@@ -227,6 +248,9 @@ def used_scenario(cfg: dict) -> dict:
     out = copy.deepcopy(cfg)
     if out["model"]["normalized"]:
         del out["model"]["rescale_time"]
+    if out["model"]["matrices"] == "identity":  # no eigenvalues, no rotation
+        out["model"] = {k: v for k, v in out["model"].items()
+                        if k in ("matrices", "d", "normalized", "rescale_time")}
     ini = out["initial"]
     out["initial"] = {"kind": ini["kind"], **{k: ini[k] for k in INITIAL_KEYS[ini["kind"]]}}
     if not out["spectral"]["enabled"]:

@@ -6,8 +6,9 @@ W2(rho_t, Pi#rho_0) to the projected measure is recorded. Each finished piece of
 saved atomically under ``<out>/runs/`` and reused when the run is started again with the
 same scenario (resume); ``fresh=True`` recomputes everything.
 
-Outputs in ``<out>/``: ``results.npz`` (curves and parameters), ``scenario.json``,
-``w2_to_limit.png``, ``densities.png``, ``particles.png`` and ``summary.md``.
+Outputs in ``<out>/``: ``results.nc`` (every result as NetCDF, see :mod:`.results`),
+``scenario.json``, the figures of :func:`spherepde.app.plotting.plot_results` and
+``summary.md``.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, io
-from .config import beta_text, load_config, used_scenario, validate_config
+from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
 
@@ -36,6 +37,11 @@ RESULT_FORMAT = 2
 #: The spectral runs end once the density's negative mass exceeds this: past it the density is
 #: no longer resolved at the chosen lmax, and the curve would measure the truncation instead.
 NEGATIVE_MASS_STOP = 1e-3
+#: The figures a run writes (``spherepde.app.plotting.plot_results``).
+FIGURE_NAMES = ("w2_to_limit.png", "densities.png", "densities_orthographic.png",
+                "particles.png", "animation.gif", "animation.mp4")
+#: Largest number of snapshot times kept for the figures and the animation.
+N_SNAPSHOTS = 9
 
 
 def _unit(v) -> np.ndarray:
@@ -52,8 +58,12 @@ def rotation_matrix(axis, angle: float) -> np.ndarray:
 
 
 def build_model(cfg: dict, beta: float) -> Model:
-    """B = K (Q = I) a rotation O, V = S O with S = diag(eigenvalues), so A = V B^T = S."""
+    """B = K (Q = I) a rotation O, V = S O with S = diag(eigenvalues), so A = V B^T = S;
+    or Q = K = V = I in dimension d (``model.matrices = "identity"``)."""
     m = cfg["model"]
+    if m["matrices"] == "identity":
+        return Model(d=m["d"], beta=beta, normalized=m["normalized"],
+                     rescale_time=m["rescale_time"])
     O = rotation_matrix(m["rotation_axis"], m["rotation_angle"])
     S = np.diag(m["eigenvalues"])
     return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"],
@@ -65,7 +75,7 @@ def build_initial(cfg: dict):
     ``mean`` and ``mean2``, the same ``kappa``, masses ``weights``)."""
     ini = cfg["initial"]
     if ini["kind"] == "uniform":
-        return Uniform(3)
+        return Uniform(cfg["model"]["d"])
     if ini["kind"] == "vmf":
         return VonMisesFisher(_unit(ini["mean"]), ini["kappa"])
     return Mixture([VonMisesFisher(_unit(ini["mean"]), ini["kappa"]),
@@ -90,9 +100,7 @@ class Task:
         r = self.scenario["run"]
         if self.solver == "particles":
             return np.linspace(0.0, r["t_end"], r["n_times"])
-        s = self.scenario["spectral"]
-        n = max(2, int(round(s["t_end"] / r["t_end"] * (r["n_times"] - 1))) + 1)
-        return np.linspace(0.0, min(s["t_end"], r["t_end"]), n)
+        return spectral_times(self.scenario)
 
     @property
     def key(self) -> str:
@@ -172,10 +180,32 @@ def tasks_of(cfg: dict) -> list[Task]:
     return [Task(s, b, cfg) for s in solvers for b in cfg["run"]["betas"]]
 
 
-def run_one(task: Task) -> Run:
+def spectral_times(cfg: dict) -> np.ndarray:
+    """Output times of the spectral runs: the particle output times up to spectral.t_end (at
+    least two), so that every spectral output has a particle output at the same time."""
+    r = cfg["run"]
+    t = np.linspace(0.0, r["t_end"], r["n_times"])
+    keep = t <= cfg["spectral"]["t_end"] * (1 + 1e-12)
+    return t[: max(2, int(keep.sum()))]
+
+
+def snapshot_times(cfg: dict) -> np.ndarray:
+    """Times at which both solvers keep their state for the figures: up to
+    :data:`N_SNAPSHOTS` output times spread over the spectral window (over the whole run when
+    the spectral solver is off), the same for tokens and densities."""
+    t = spectral_times(cfg) if cfg["spectral"]["enabled"] else \
+        np.linspace(0.0, cfg["run"]["t_end"], cfg["run"]["n_times"])
+    idx = np.unique(np.linspace(0, t.size - 1, min(N_SNAPSHOTS, t.size)).round().astype(int))
+    return t[idx]
+
+
+def run_one(task: Task, progress=None) -> Run:
     """Compute one task: evolve ρ_0 with the task's solver and β, measure W2 to Π#ρ_0.
 
-    Pure: reads nothing, writes nothing; the same task gives the same run.
+    Pure: reads nothing, writes nothing; the same task gives the same run. ``progress``, a
+    callable progress(t), receives the simulated time after every accepted step.
+    The snapshots (tokens or densities) are taken at :func:`snapshot_times`; a particle run
+    also keeps its last time (the horizon, where sweeps count clusters).
     """
     from ..particles import ParticleSolver
     from ..wasserstein import w2
@@ -183,7 +213,6 @@ def run_one(task: Task) -> Run:
     cfg = task.scenario
     mu0 = build_initial(cfg)
     model = build_model(cfg, task.beta)
-    ref = reference_model(cfg)
     times = task.times
     t0 = time.perf_counter()
     if task.solver == "particles":
@@ -191,22 +220,23 @@ def run_one(task: Task) -> Run:
         x0 = mu0.sample(p["n"], seed=p["seed"])
         # Against Pi#mu^N_0 (the empirical half-sphere masses), not Pi#rho_0: the O(N^-1/2)
         # mass mismatch would otherwise put a floor under the curve.
-        limit = ref.limit_measure(PointCloud(x0))
-        traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(x0, times)
-        vals = np.array([float(w2(traj.measure(i), limit).value) for i in range(len(times))])
-        every = max(1, len(times) // 4)
+        distance = _distance_to_limit(cfg, PointCloud(x0), w2)
+        traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(
+            x0, times, progress=progress)
+        vals = np.array([distance(traj.measure(i)) for i in range(len(times))])
+        idx = np.searchsorted(times, np.union1d(snapshot_times(cfg), times[-1:]))
         return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
-                   snapshot_times=times[::every], positions=traj.positions[::every], key=task.key)
+                   snapshot_times=times[idx], positions=traj.positions[idx], key=task.key)
     if task.solver != "spectral":
         raise ValueError(f"unknown solver {task.solver!r}; expected 'particles' or 'spectral'")
     from ..density import SpectralSolver
 
-    limit = ref.limit_measure(mu0)
+    distance = _distance_to_limit(cfg, mu0, w2)
     sol = SpectralSolver(model, lmax=cfg["spectral"]["lmax"]).solve(
-        mu0, times, stop_negative_mass=NEGATIVE_MASS_STOP)
+        mu0, times, stop_negative_mass=NEGATIVE_MASS_STOP, progress=progress)
     reached = sol.times
-    vals = np.array([float(w2(sol.measure(i), limit).value) for i in range(len(reached))])
-    idx = np.unique(np.linspace(0, len(reached) - 1, 4).round().astype(int))
+    vals = np.array([distance(sol.measure(i)) for i in range(len(reached))])
+    idx = np.searchsorted(reached, snapshot_times(cfg)[snapshot_times(cfg) <= reached[-1]])
     grid = _plot_grid()
     dens = np.stack([sol.density(int(i), grid) for i in idx])
     diag = getattr(sol, "diagnostics", {}) or {}
@@ -214,6 +244,18 @@ def run_one(task: Task) -> Run:
     return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
                snapshot_times=reached[idx], densities=dens, mass=np.asarray(diag["mass"]),
                negative_mass=np.asarray(diag["negative_mass"]), key=task.key)
+
+
+def _distance_to_limit(cfg: dict, mu0, w2):
+    """The measure the run's curve tracks: W2 to Π#μ_0 for the "rotation" set-up; for
+    Q = K = V = I (no spectral gap, no projection) the W2 distance to the nearest single
+    cluster, :func:`spherepde.analysis.diagnostics.w2_to_nearest_dirac`."""
+    if cfg["model"]["matrices"] == "identity":
+        from ..analysis.diagnostics import w2_to_nearest_dirac
+
+        return w2_to_nearest_dirac
+    limit = reference_model(cfg).limit_measure(mu0)
+    return lambda mu: float(w2(mu, limit).value)
 
 
 def reference_model(cfg: dict) -> Model:
@@ -307,6 +349,11 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         cfg = load_config(cfg)
     else:
         cfg = validate_config(cfg)
+    if cfg["model"]["matrices"] != "rotation":
+        raise ConfigError("spherepde run measures the distance to the projected limit Pi#rho_0, "
+                          "which needs model.matrices = \"rotation\" (A with a spectral gap); "
+                          "run Q = K = V = I scenarios with `spherepde sweep` and the measures "
+                          "\"clusters\" / \"single_cluster\" (see docs/sweeps.md)")
     out = Path(out or cfg["output"]["dir"])
     _prepare_folder(out)
     folder = out / "runs"
@@ -334,7 +381,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
             path = folder / task.filename
             run = _load_saved(task, path, fresh, notify)
             if run is None:
-                run = run_one(task)
+                run = _run_with_bar(task, progress)
                 run.save(path)
             else:
                 reused += 1
@@ -359,6 +406,26 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     finally:
         lock.__exit__(None, None, None)
     return {"out": out, "runs": runs, "reused": reused, "rate": rate, "summary": summary}
+
+
+def _run_with_bar(task: Task, progress: bool) -> Run:
+    """run_one with a progress bar of the simulated time of this solver."""
+    from tqdm.auto import tqdm
+
+    end = float(task.times[-1])
+    with tqdm(total=end, desc=f"  {task.solver}, β={beta_text(task.beta)}", leave=False,
+              disable=not progress, unit="t",
+              bar_format="{desc}: {percentage:3.0f}%|{bar}| t = {n:6.3f} of {total:.3g} "
+                         "[{elapsed}<{remaining}]") as bar:
+        def advance(t):
+            bar.update(min(float(t), end) - bar.n)
+
+        return run_one(task, progress=advance if progress else None)
+
+
+def _plot_lat_lon(n: int = 90):
+    """Latitudes and longitudes (degrees) of :func:`_plot_grid`'s nodes."""
+    return 90.0 - np.degrees(np.linspace(0, np.pi, n)), np.degrees(np.linspace(-np.pi, np.pi, 2 * n))
 
 
 def _plot_grid(n: int = 90):
@@ -386,27 +453,20 @@ def _fit_zero_temperature_rate(runs: list[Run], report):
 def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report, rate, x0,
                    spectral_note, figures=True):
 
-    arrays = {}
-    for run in runs:
-        # Flat names for readers of the .npz (NumPy has no groups); built here, never parsed.
-        name = f"{run.solver}_beta={beta_text(run.beta)}"
-        arrays[f"{name}/times"] = run.times
-        arrays[f"{name}/w2"] = run.w2
-    arrays["limit_points"] = limit.points
-    arrays["limit_weights"] = limit.weights
+    from .results import RESULTS_NAME, results_dataset
+
     used = used_scenario(cfg)
-    io.save_npz(out / "results.npz", meta={"scenario": used, "cost": "chordal",
-                                           "gap": report.gap, "rate": rate}, **arrays)
+    ds = results_dataset(used, runs, limit=limit, limit_particles=limit_particles,
+                         subspace=reference_model(cfg).dominant_subspace(), gap=report.gap,
+                         rate=rate, map_grid=_plot_lat_lon())
+    io.save_dataset(ds, out / RESULTS_NAME)
     io.write_json(out / "scenario.json", used)
-    figure_names = ("w2_to_limit.png", "densities.png", "particles.png")
     if figures:
         from . import plotting
 
-        plotting.plot_w2_curves(runs, out / figure_names[0], gap=report.gap)
-        plotting.plot_density_maps(runs, out / figure_names[1])
-        plotting.plot_particles(runs, x0, e, out / figure_names[2])
+        plotting.plot_results(ds, out)
     else:  # figures of an earlier scenario would describe another run
-        for name in figure_names:
+        for name in FIGURE_NAMES:
             (out / name).unlink(missing_ok=True)
 
     if cfg["model"]["normalized"]:
@@ -462,8 +522,10 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
                   "| beta | max difference |", "|---|---|", *diffs]
     elif spectral_note:
         lines += ["", f"The spectral solver was not run: {spectral_note}."]
-    files = "results.npz, scenario.json, " + (", ".join(figure_names) + ", " if figures else "")
-    lines += ["", f"Files: {files}runs/ (one file per finished run; a rerun reuses them)."]
+    figs = ", ".join(FIGURE_NAMES) + ", " if figures else ""
+    lines += ["", f"Files: results.nc (every result, NetCDF; see docs/sweeps.md), scenario.json, "
+              f"{figs}runs/ (one file per finished run; a rerun reuses them). "
+              "`spherepde plot` redraws the figures from results.nc."]
     text = "\n".join(lines) + "\n"
     io.write_text(out / "summary.md", text)
     return text

@@ -1,0 +1,172 @@
+"""The main job's results as one :class:`xarray.Dataset` (written as ``results.nc``).
+
+Layout (CF-style units and long names on every variable):
+
+- ``w2`` (solver, beta, time): W2(ρ_t, Π#ρ_0), chordal; NaN where a run has no output
+  (a spectral run covers a shorter window and may stop early);
+- ``seconds`` (solver, beta), ``note`` (solver, beta): wall time and why a run stopped or was
+  unresolved ("" when it was neither), ``unresolved_from`` (solver, beta): the time from which
+  the curve no longer measures the dynamics (NaN when resolved throughout);
+- ``density`` (beta, snapshot_time, lat, lon): the spectral density on a regular map grid;
+- ``positions`` (beta, snapshot_time, token, component): the tokens at the same times;
+- ``limit_points`` (atom, component), ``limit_weights`` (atom): Π#ρ_0, and
+  ``limit_weights_particles`` (atom): Π#μ^N_0 of the sampled tokens;
+- ``dominant_eigenspace`` (component, basis): an orthonormal basis of E.
+
+The scenario is stored as a JSON attribute (``scenario``); the spectral gap, the fitted and
+predicted zero-temperature rates as numeric attributes. :func:`load_results` reads the file back
+for ``spherepde plot``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import io
+
+__all__ = ["results_dataset", "load_results", "RESULTS_NAME", "SOLVERS"]
+
+RESULTS_NAME = "results.nc"
+#: The solver axis of results.nc, in this order.
+SOLVERS = ("particles", "spectral")
+
+
+def _union(arrays):
+    vals = [np.asarray(a, dtype=np.float64) for a in arrays if a is not None and len(a)]
+    return np.unique(np.concatenate(vals)) if vals else np.zeros(0)
+
+
+def _place(target_times, times, values, fill=np.nan):
+    """values (T, ...) at ``times`` placed on ``target_times`` (exact matches), the rest ``fill``."""
+    values = np.asarray(values)
+    out = np.full((target_times.size,) + values.shape[1:], fill, dtype=np.float64)
+    idx = np.searchsorted(target_times, times)
+    out[idx] = values
+    return out
+
+
+def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=None, rate=None,
+                    map_grid=None):
+    """Gather the :class:`~spherepde.app.scenario.Run` records of a scenario into one Dataset.
+
+    Parameters
+    ----------
+    cfg : the validated scenario
+    runs : Run records (attributes solver, beta, times, w2, seconds, notes, snapshot_times,
+        positions (S, N, 3) or None, densities (S, nlat, nlon) or None)
+    limit, limit_particles : PointCloud, Π#ρ_0 and Π#μ^N_0 (the same atoms)
+    subspace : (3, dim E) orthonormal basis of the dominant eigenspace E
+    gap : spectral gap γ; rate : dict with "fitted", "predicted", "window" or None
+    map_grid : (lat (nlat,), lon (nlon,)) in degrees of the stored density maps
+
+    Returns
+    -------
+    xarray.Dataset
+    """
+    import xarray as xr
+
+    runs = list(runs)
+    betas = np.array(sorted({float(r.beta) for r in runs}), dtype=np.float64)
+    solvers = [s for s in SOLVERS if any(r.solver == s for r in runs)]
+    times = _union([r.times for r in runs])
+    snaps = _union([r.snapshot_times for r in runs])
+    S, B, T = len(solvers), betas.size, times.size
+    w2 = np.full((S, B, T), np.nan)
+    seconds = np.full((S, B), np.nan)
+    unresolved_from = np.full((S, B), np.nan)
+    note = np.full((S, B), "", dtype=object)
+    dens = pos = None
+    for r in runs:
+        i, j = solvers.index(r.solver), int(np.searchsorted(betas, float(r.beta)))
+        w2[i, j] = _place(times, r.times, r.w2)
+        seconds[i, j] = r.seconds
+        notes = dict(r.notes or {})
+        if notes:
+            note[i, j] = "; ".join(f"{k}: {v}" for k, v in sorted(notes.items()))
+            # "stopped": the last time reached is already unresolved; "unresolved": the last one
+            unresolved_from[i, j] = float(np.asarray(r.times)[-1])
+        if getattr(r, "densities", None) is not None:
+            if dens is None:
+                dens = np.full((B, snaps.size) + np.shape(r.densities)[1:], np.nan)
+            dens[j] = _place(snaps, r.snapshot_times, r.densities)
+        if getattr(r, "positions", None) is not None:
+            if pos is None:
+                pos = np.full((B, snaps.size) + np.shape(r.positions)[1:], np.nan)
+            pos[j] = _place(snaps, r.snapshot_times, r.positions)
+
+    one = {"units": "1"}
+    data = {
+        "w2": (("solver", "beta", "time"), w2,
+               {**one, "long_name": "W2 distance to the projected measure Pi#rho_0",
+                "cost": "chordal |x - y|^2"}),
+        "seconds": (("solver", "beta"), seconds, {"units": "s", "long_name": "wall time of the run"}),
+        "unresolved_from": (("solver", "beta"), unresolved_from,
+                            {**one, "long_name": "time from which the run is no longer resolved "
+                             "(NaN: resolved throughout)"}),
+        "note": (("solver", "beta"), note.astype(str),
+                 {"long_name": "why the run stopped early or is unresolved"}),
+        "limit_points": (("atom", "component"), limit.points,
+                         {**one, "long_name": "atoms of the projected measure Pi#rho_0"}),
+        "limit_weights": ("atom", limit.weights, {**one, "long_name": "masses of Pi#rho_0"}),
+        "limit_weights_particles": ("atom", limit_particles.weights,
+                                    {**one, "long_name": "masses of Pi#mu^N_0 (sampled tokens)"}),
+        "dominant_eigenspace": (("component", "basis"), np.asarray(subspace, dtype=np.float64),
+                                {**one, "long_name": "orthonormal basis of E, the eigenspace of "
+                                 "the largest eigenvalue of A"}),
+    }
+    coords = {"solver": ("solver", np.array(solvers, dtype=str), {"long_name": "solver"}),
+              "beta": ("beta", betas, {**one, "long_name": "inverse temperature beta "
+                                       "(inf: zero temperature)"}),
+              "time": io.time_coord(times),
+              "component": ("component", np.arange(3), {"long_name": "Cartesian component"})}
+    if snaps.size:
+        coords["snapshot_time"] = ("snapshot_time", snaps,
+                                   {**one, "long_name": "model time of the stored snapshots"})
+    if dens is not None:
+        lat, lon = map_grid
+        coords["lat"] = ("lat", np.asarray(lat, dtype=np.float64),
+                         {"units": "degrees_north", "standard_name": "latitude"})
+        coords["lon"] = ("lon", np.asarray(lon, dtype=np.float64),
+                         {"units": "degrees_east", "standard_name": "longitude"})
+        data["density"] = (("beta", "snapshot_time", "lat", "lon"), dens,
+                           {"units": "sr-1", "long_name": "token density against surface area "
+                            "(spectral solver)"})
+    if pos is not None:
+        data["positions"] = (("beta", "snapshot_time", "token", "component"), pos,
+                             {**one, "long_name": "token positions (particle solver)"})
+    attrs = {**io.global_attrs("spherepde run: low-temperature concentration on S^2", "run"),
+             "scenario": io.to_json(cfg, indent=None),
+             "cost": "chordal"}
+    if gap is not None:
+        attrs["spectral_gap"] = float(gap)
+    if rate:
+        attrs["rate_fitted"] = float(rate["fitted"])
+        attrs["rate_predicted"] = float(rate["predicted"])
+        attrs["rate_window"] = np.asarray(rate["window"], dtype=np.float64)
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def load_results(path):
+    """Open ``results.nc`` (or the one inside a run folder) as a Dataset, with a clear error
+    when it is not there or not a spherepde run."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no results at {path}: give a results.nc written by "
+                                "`spherepde run`, or the run's output folder")
+    try:
+        ds = io.open_dataset(path)
+    except OSError as exc:
+        raise ValueError(f"{path} is not a readable NetCDF file ({exc})") from None
+    if ds.attrs.get("spherepde_kind") != "run":
+        raise ValueError(f"{path} is not the results of `spherepde run` "
+                         f"(it holds {ds.attrs.get('spherepde_kind', 'something else')!r})")
+    return ds
+
+
+def scenario_of(ds) -> dict:
+    """The scenario stored in a results Dataset (β = inf written as "inf")."""
+    return json.loads(ds.attrs["scenario"])

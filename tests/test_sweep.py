@@ -1,0 +1,86 @@
+"""Sweeps on a real Dask LocalCluster: a 2×2 grid, resume, a failing cell, the gathered Dataset."""
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+
+from spherepde import io  # noqa: E402
+from spherepde.app.config import validate_config  # noqa: E402
+from spherepde.app.scenario import Task, run_one  # noqa: E402
+from spherepde.app.sweep import load_sweep, run_sweep  # noqa: E402
+
+#: A scenario small enough that a task takes well under a second.
+BASE = {"run": {"t_end": 1.0, "n_times": 5}, "particles": {"n": 24, "rtol": 1e-5},
+        "spectral": {"enabled": False}}
+
+
+def _sweep(axes, out):
+    return load_sweep({"sweep": {"solver": "particles", "cluster_tol": 0.05,
+                                 "measures": ["w2", "t_star", "min_w2", "clusters"]},
+                       "base": BASE, "axes": axes}, out=out)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    sweep = _sweep({"run.betas": [1.0, 4.0], "particles.seed": [0, 1]}, out)
+    res = run_sweep(sweep, n_workers=2, progress=False)
+    return sweep, res
+
+
+def test_two_by_two_sweep_on_a_local_cluster(finished):
+    sweep, res = finished
+    assert len(res["done"]) == 4 and not res["failed"] and not res["skipped"]
+    ds = io.open_dataset(sweep.out / "sweep.nc")
+    assert ds["w2"].dims == ("run.betas", "particles.seed", "time")
+    assert ds["run.betas"].values.tolist() == [1.0, 4.0]
+    assert ds["particles.seed"].values.tolist() == [0.0, 1.0]
+    assert (ds["status"].values == "done").all()
+    assert len(list((sweep.out / "tasks").glob("*.nc"))) == 4  # one file per task
+    assert (sweep.out / "phase_diagram.png").stat().st_size > 0
+    # the gathered values are those of single runs of the main job (same code path, same seed)
+    for beta in (1.0, 4.0):
+        for seed in (0, 1):
+            cfg = validate_config({**BASE, "run": {**BASE["run"], "betas": [beta]},
+                                   "particles": {**BASE["particles"], "seed": seed}})
+            run = run_one(Task("particles", beta, cfg))
+            cell = ds.sel({"run.betas": beta, "particles.seed": seed})
+            assert np.array_equal(cell["w2"].values, run.w2)
+            k = int(np.argmin(run.w2))
+            assert cell["min_w2"].item() == run.w2[k] and cell["t_star"].item() == run.times[k]
+
+
+def test_rerun_skips_every_finished_task(finished):
+    sweep, _ = finished
+    mtimes = {p: p.stat().st_mtime_ns for p in (sweep.out / "tasks").iterdir()}
+    res = run_sweep(sweep, n_workers=2, progress=False)
+    assert len(res["skipped"]) == 4 and not res["done"] and not res["failed"]
+    assert {p: p.stat().st_mtime_ns for p in (sweep.out / "tasks").iterdir()} == mtimes
+
+
+def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
+    # USA caps beta at 12: exactly the cell (normalized = false, beta = 20) is invalid
+    sweep = _sweep({"model.normalized": [True, False], "run.betas": [1.0, 20.0]}, tmp_path)
+    reports = []
+    res = run_sweep(sweep, n_workers=2, progress=False, report=reports.append)
+    assert len(res["done"]) == 3 and len(res["failed"]) == 1
+    bad = res["failed"][0]
+    assert bad["params"] == {"model.normalized": False, "run.betas": 20.0}
+    assert "ConfigError" in bad["error"] and "Traceback" in bad["traceback"]
+    assert len(reports) == 1 and "model.normalized=false" in reports[0] and "run.betas=20.0" in reports[0]
+    ds = res["dataset"]
+    cell = ds.sel({"model.normalized": "false", "run.betas": 20.0})
+    assert cell["status"].item() == "failed" and np.isnan(cell["min_w2"].item())
+    assert "USA" in cell["error"].item() or "normalized" in cell["error"].item()
+    assert (ds["status"].values == "done").sum() == 3
+    assert np.isfinite(ds["min_w2"].values).sum() == 3
+
+
+def test_invalid_sweep_file_names_the_key(tmp_path, capsys):
+    from spherepde.app.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[axes]\n"particles.count" = [1, 2]\n')
+    assert main(["sweep", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "particles.count" in err and "not a scenario key" in err
