@@ -1,12 +1,18 @@
-"""Timings of spherepde.wasserstein (SPEC §4 targets: semi-discrete under a second for a
-10^5-node grid density against two atoms; exact network simplex up to ~2e4 points a side).
+"""Timings of spherepde.wasserstein: the exact solvers and the multiscale bracket.
 
-    .venv/bin/python benchmarks/wasserstein.py            # default sizes
-    .venv/bin/python benchmarks/wasserstein.py 1000 5000  # exact emd at chosen sizes
+    .venv/bin/python benchmarks/wasserstein.py                    # 2000 and 1e4 points a side
+    .venv/bin/python benchmarks/wasserstein.py --sizes 2000 10000 100000
+    .venv/bin/python benchmarks/wasserstein.py --large            # + 1e6 tokens vs a 4e5 grid,
+                                                                  #   1e6 tokens vs a circle
 
-Prints a table; nothing is asserted (timings belong here, not in tests/).
+Every case runs in its own process, so the peak memory (max RSS) printed is that case's.
+Times are wall and CPU seconds; "ratio" is multiscale / exact in the same run (the machine
+may be shared: compare ratios, not seconds). Nothing is asserted (timings belong here, not in
+tests/).
 """
-import sys
+import argparse
+import multiprocessing as mp
+import resource
 import time
 
 import numpy as np
@@ -22,47 +28,75 @@ def grid_snapshot(nlat, nlon):
     return sp.PointCloud(pts, g.weights.ravel() * rho, normalize=True)
 
 
-def best_of(f, repeat=3):
-    out, best = None, np.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = f()
-        best = min(best, time.perf_counter() - t0)
-    return out, best
+def circle(n, seed=3):
+    """n tokens pushed onto the equator by Pi(x) = P_E x/|P_E x| (the dim E = 2 limit)."""
+    x = sp.measures.VonMisesFisher([0.3, 0.2, 1.0], 1.0).sample(n, seed)
+    p = x.copy()
+    p[:, 2] = 0.0
+    return sp.PointCloud(normalize(p))
 
 
-def main(exact_sizes):
-    print("semi-discrete: grid density (nlat x nlon nodes) vs atoms, chordal cost")
-    print(f"{'nodes':>8} {'atoms':>6} {'seconds':>9} {'W2':>14} {'error':>9} {'band':>6}")
-    e = normalize(np.array([0.3, -0.5, 0.8]))
-    for nlat, atoms in ((224, 2), (224, 8), (316, 2)):
-        mu = grid_snapshot(nlat, 2 * nlat)
-        if atoms == 2:
-            nu = sp.PointCloud(np.stack([e, -e]), [0.35, 0.65])
-        else:
-            rng = np.random.default_rng(0)
-            nu = sp.PointCloud(normalize(rng.standard_normal((atoms, 3))), rng.random(atoms) + 0.2,
-                               normalize=True)
-        r, t = best_of(lambda: sp.w2(mu, nu, method="semidiscrete"))
-        print(f"{mu.n:>8} {atoms:>6} {t:>9.3f} {float(r):>14.10f} {r.error:>9.1e} "
-              f"{r.details['band_points']:>6}")
-    print("\nexact network simplex (POT emd), n points vs n points, chordal cost")
-    print(f"{'n':>8} {'seconds':>9} {'W2':>12}")
-    for n in exact_sizes:
+def make_case(name, n):
+    if name == "clouds":
         mu = sp.PointCloud(sp.measures.VonMisesFisher([0, 0, 1.0], 2.0).sample(n, 1))
         nu = sp.PointCloud(sp.measures.Uniform(3).sample(n, 2))
-        r, t = best_of(lambda: sp.w2(mu, nu, method="exact"), repeat=1)
-        print(f"{n:>8} {t:>9.3f} {float(r):>12.8f}")
-    print("\nsinkhorn (debiased, epsilon = 2e-3 x diameter^2), n vs n, against exact")
-    print(f"{'n':>8} {'seconds':>9} {'W2':>12} {'exact':>12} {'error':>9}")
-    for n in (500, 2000):
-        mu = sp.PointCloud(sp.measures.VonMisesFisher([0, 0, 1.0], 2.0).sample(n, 1))
-        nu = sp.PointCloud(sp.measures.Uniform(3).sample(n, 2))
-        r, t = best_of(lambda: sp.w2(mu, nu, method="sinkhorn"), repeat=1)
-        ex = sp.w2(mu, nu, method="exact")
-        print(f"{n:>8} {t:>9.3f} {float(r):>12.8f} {float(ex):>12.8f} {r.error:>9.1e}")
+    elif name == "tokens-grid":
+        nu = grid_snapshot(448, 896)  # 401,408 nodes
+        mix = sp.measures.Mixture([sp.measures.VonMisesFisher([0, 0, 1.0], 4.0),
+                                   sp.measures.Uniform(3)], [0.6, 0.4])
+        mu = sp.PointCloud(mix.sample(n, 5))
+    elif name == "tokens-circle":
+        mu = sp.PointCloud(sp.measures.VonMisesFisher([0.3, 0.2, 1.0], 1.0).sample(n, 4))
+        nu = circle(n)
+    else:
+        raise ValueError(name)
+    return mu, nu
+
+
+def run(name, n, method, tol, queue):
+    mu, nu = make_case(name, n)
+    w0, c0 = time.perf_counter(), time.process_time()
+    r = sp.w2(mu, nu, method=method, tol=tol)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    queue.put((float(r), r.lower, r.upper, r.method, wall, cpu, rss, mu.n, nu.n))
+
+
+def in_child(name, n, method, tol):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=run, args=(name, n, method, tol, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[2000, 10000])
+    ap.add_argument("--large", action="store_true")
+    ap.add_argument("--tol", type=float, default=1e-3)
+    ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
+    args = ap.parse_args()
+    print(f"multiscale (tol = {args.tol:g} on the W2 bracket) against exact emd, chordal cost")
+    print(f"{'case':>14} {'n':>8} {'m':>8} {'method':>10} {'wall s':>8} {'cpu s':>8} "
+          f"{'GiB':>5} {'W2':>10} {'width':>9} {'ratio':>6}")
+    cases = [("clouds", n) for n in args.sizes]
+    if args.large:
+        cases += [("tokens-grid", 1_000_000), ("tokens-circle", 1_000_000)]
+    for name, n in cases:
+        ex = None
+        if name == "clouds" and n <= args.exact_max:
+            ex = in_child(name, n, "exact", args.tol)
+            print(f"{name:>14} {ex[7]:>8} {ex[8]:>8} {'exact':>10} {ex[4]:>8.2f} {ex[5]:>8.2f} "
+                  f"{ex[6]:>5.2f} {ex[0]:>10.6f} {0.0:>9.1e}")
+        ms = in_child(name, n, "multiscale", args.tol)
+        ratio = f"{ms[4] / ex[4]:>6.2f}" if ex else f"{'':>6}"
+        inside = "" if ex is None else ("  exact inside" if ms[1] <= ex[0] <= ms[2] else "  EXACT OUTSIDE")
+        print(f"{name:>14} {ms[7]:>8} {ms[8]:>8} {'multiscale':>10} {ms[4]:>8.2f} {ms[5]:>8.2f} "
+              f"{ms[6]:>5.2f} {ms[0]:>10.6f} {ms[2] - ms[1]:>9.1e} {ratio}{inside}")
 
 
 if __name__ == "__main__":
-    sizes = [int(s) for s in sys.argv[1:]] or [1000, 2000, 5000]
-    main(sizes)
+    main()

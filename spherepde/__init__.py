@@ -12,30 +12,39 @@ from .model import AssumptionError, AssumptionReport, Model
 
 __version__ = "0.1.0"
 
+# Solvers and transport tools import heavier dependencies (numba, shtns, POT): they load on
+# first use so that `import spherepde` stays fast. name -> (module, attribute or None).
+_LAZY = {
+    "ParticleSolver": ("particles", "ParticleSolver"),
+    "Trajectory": ("particles", "Trajectory"),
+    "SpectralSolver": ("density", "SpectralSolver"),
+    "SpectralSolution": ("density", "SpectralSolution"),
+    "FourierSolver": ("density", "FourierSolver"),
+    "FourierSolution": ("density", "FourierSolution"),
+    "FiniteVolumeSolver": ("density", "FiniteVolumeSolver"),
+    "FiniteVolumeSolution": ("density", "FiniteVolumeSolution"),
+    "ResolutionWarning": ("density", "ResolutionWarning"),
+    "w2": ("wasserstein", "w2"),
+    "w2_to_limit": ("wasserstein", "w2_to_limit"),
+    "wasserstein": ("wasserstein", None),
+    "particles": ("particles", None),
+    "density": ("density", None),
+    "interaction": ("interaction", None),
+    "transforms": ("transforms", None),
+    "diagnostics": ("analysis.diagnostics", None),
+    "analysis": ("analysis", None),
+}
+
 __all__ = ["Model", "AssumptionReport", "AssumptionError", "PointCloud", "measures", "sphere",
-           "exact", "timestepping", "ParticleSolver", "Trajectory", "SpectralSolver",
-           "FourierSolver", "FiniteVolumeSolver", "w2", "w2_to_limit", "__version__"]
+           "exact", "timestepping", *_LAZY, "__version__"]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def __getattr__(name):
-    # Solvers and transport tools import heavier dependencies (numba, shtns, POT): load them
-    # on first use so that `import spherepde` stays fast.
-    lazy = {
-        "ParticleSolver": ("particles", "ParticleSolver"),
-        "Trajectory": ("particles", "Trajectory"),
-        "SpectralSolver": ("density", "SpectralSolver"),
-        "FourierSolver": ("density", "FourierSolver"),
-        "FiniteVolumeSolver": ("density", "FiniteVolumeSolver"),
-        "w2": ("wasserstein", "w2"),
-        "w2_to_limit": ("wasserstein", "w2_to_limit"),
-        "wasserstein": ("wasserstein", None),
-        "particles": ("particles", None),
-        "density": ("density", None),
-        "spectral": ("density", None),  # the old name of the density package
-        "interaction": ("interaction", None),
-        "diagnostics": ("analysis.diagnostics", None),
-        "analysis": ("analysis", None),
-    }
+    lazy = dict(_LAZY, spectral=("density", None))  # "spectral": the old name of density
     if name in lazy:
         import importlib
 

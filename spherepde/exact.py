@@ -13,7 +13,7 @@ import numpy as np
 from scipy import integrate, linalg, special
 
 from .measures import Measure, as_measure
-from .sphere import as_points, log_sphere_area, normalize, orthogonal_factor
+from .sphere import as_points, normalize, orthogonal_factor
 
 __all__ = [
     "zero_temperature_flow",
@@ -258,8 +258,3 @@ def long_context_limit(rho: float, gamma: float) -> float:
     if np.isclose(gamma, crit, rtol=1e-12):
         return 4 * rho / (1 + 3 * rho)
     return 1.0 if gamma < crit else rho
-
-
-def uniform_density(d: int) -> float:
-    """1/|S^{d-1}|, the uniform density relative to surface area."""
-    return float(np.exp(-log_sphere_area(d)))

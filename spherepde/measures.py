@@ -21,6 +21,7 @@ from .sphere import (
 __all__ = [
     "PointCloud",
     "as_point_cloud",
+    "grid_point_cloud",
     "Measure",
     "Uniform",
     "VonMisesFisher",
@@ -101,6 +102,32 @@ class PointCloud:
 
     def __repr__(self) -> str:
         return f"PointCloud(n={self.n}, d={self.d})"
+
+
+def grid_point_cloud(points, weights, values) -> PointCloud:
+    """A density sampled on a quadrature grid as a point cloud: node i gets the weight
+    quadrature weight × max(value, 0), renormalized to mass 1.
+
+    Parameters
+    ----------
+    points : (..., d) nodes on the sphere
+    weights : (...) quadrature weights, or None for equal weights (an equispaced grid)
+    values : (...) density values; negative values (a truncated density's undershoots) get
+        weight 0
+
+    Returns
+    -------
+    PointCloud of the nodes, flattened to (n, d)
+    """
+    points = np.asarray(points, dtype=np.float64)
+    w = np.maximum(np.asarray(values, dtype=np.float64), 0.0)
+    if weights is not None:
+        w = weights * w
+    w = w.reshape(-1)
+    total = w.sum()
+    if not total > 0:
+        raise ValueError("the density is <= 0 at every grid node: there is no mass to sample")
+    return PointCloud(points.reshape(-1, points.shape[-1]), w / total)
 
 
 def as_point_cloud(obj, **kwargs) -> PointCloud:

@@ -1,6 +1,6 @@
 r"""The attention model: weights Q, K, V, inverse temperature beta, SA / USA / beta = inf.
 
-SPEC §1–§3: B = Q^T K, A = V B^T. The velocity of a token at x under a measure mu is
+B = Q^T K (docs/theory.md), A = V B^T. The velocity of a token at x under a measure mu is
 
 .. math::
     X[\mu](x) = P_x \frac{\int e^{\beta\langle x, By\rangle} V y\, d\mu(y)}
@@ -33,12 +33,13 @@ COND_MAX = 1e12
 
 
 class AssumptionError(ValueError):
-    """Raised when the projected limit is asked for but SPEC §3.1's assumptions fail."""
+    """Raised when the projected limit is asked for but its assumptions fail."""
 
 
 @dataclass
 class AssumptionReport:
-    """Structured check of SPEC §3.1 (assumption 1 of the low-temperature paper).
+    """Structured check of the projected-limit assumptions (assumption 1 of the
+    low-temperature paper).
 
     Attributes
     ----------
@@ -94,7 +95,7 @@ def _matrix(M, d, name):
 
 
 class Model:
-    r"""Single-head self-attention dynamics on S^{d-1} (SPEC §2).
+    r"""Single-head self-attention dynamics on S^{d-1} (docs/theory.md).
 
     Parameters
     ----------
@@ -182,13 +183,9 @@ class Model:
     def zero_temperature(self) -> bool:
         return bool(np.isinf(self.beta))
 
-    def with_beta(self, beta: float) -> "Model":
-        """The same weights at another inverse temperature."""
-        return Model(self.Q, self.K, self.V, beta=beta, d=self.d, normalized=self.normalized,
-                     hardmax=self.hardmax)
-
     def check_assumptions(self) -> AssumptionReport:
-        """Check SPEC §3.1: B invertible, A = V B^T symmetric, spectral gap gamma > 0."""
+        """Check the projected-limit assumptions: B invertible, A = V B^T symmetric, spectral
+        gap gamma > 0."""
         sv = np.linalg.svd(self.B, compute_uv=False)
         cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else np.inf
         top = float(np.abs(self.A).max())
@@ -215,11 +212,13 @@ class Model:
     def dominant_subspace(self) -> np.ndarray:
         """Orthonormal basis (d, dim E) of E, the eigenspace of the largest eigenvalue of A.
 
-        Raises AssumptionError, naming the failed assumption, when SPEC §3.1 does not hold.
+        Raises AssumptionError, naming the failed assumption, when those of
+        :meth:`check_assumptions` do not hold.
         """
         rep = self.check_assumptions()
         if not rep.ok:
-            raise AssumptionError("the projected limit needs SPEC §3.1's assumptions: "
+            raise AssumptionError("the projected limit needs B invertible, A = V B^T symmetric "
+                                  "and a spectral gap: "
                                   + "; ".join(rep.problems))
         w, U = np.linalg.eigh(0.5 * (self.A + self.A.T))
         return U[:, ::-1][:, : rep.dim_E]

@@ -1,6 +1,6 @@
 r"""Lagrangian particle solver: N tokens on S^{d-1} moving under the attention field.
 
-SPEC §2. The particle system
+The particle system (docs/theory.md)
 
 .. math::
     \dot x_i = X[\mu^N](x_i), \qquad \mu^N = \sum_j w_j \delta_{x_j},
@@ -11,7 +11,7 @@ step inside :func:`spherepde.timestepping.integrate`. The field comes from
 :meth:`spherepde.model.Model.attention` (SA, USA, beta = inf local field, hardmax; any Q, K, V,
 any d >= 2), which dispatches to the interaction backends (numpy, fused numba, torch).
 
-Discrete transformer layers (Post-LN, Pre-LN, SPEC §2) are :meth:`ParticleSolver.layers`.
+Discrete transformer layers (Post-LN, Pre-LN) are :meth:`ParticleSolver.layers`.
 
 Example
 -------
@@ -170,7 +170,7 @@ class Trajectory:
 
 
 class ParticleSolver:
-    r"""Integrate the particle system :math:`\dot x_i = X[\mu^N](x_i)` on S^{d-1} (SPEC §2).
+    r"""Integrate the particle system :math:`\dot x_i = X[\mu^N](x_i)` on S^{d-1}.
 
     Parameters
     ----------
@@ -362,7 +362,7 @@ class ParticleSolver:
     # ------------------------------------------------------------------ layers
     def layers(self, x0, n_layers: int, h: float, kind: str = "post-ln", weights=None, *,
                every: int = 1, tokens=None, normalize: bool = False) -> Trajectory:
-        r"""Discrete transformer layers with step h (SPEC §2), reporting directions.
+        r"""Discrete transformer layers with step h, reporting directions.
 
         - Post-LN: :math:`x \leftarrow (x + h\,\mathrm{Attn}(x))/|x + h\,\mathrm{Attn}(x)|`.
         - Pre-LN: :math:`z \leftarrow z + h\,\mathrm{Attn}(z/|z|)`, z_0 = x0; the directions

@@ -51,7 +51,8 @@ class Registry:
         if name not in self._order:
             self._order.append(name)
 
-    def register(self, name: str, obj: Any = None, *, requires: Callable[[], Any] | str | None = None):
+    def register(self, name: str, obj: Any = None, *,
+                 requires: Callable[[], Any] | str | None = None):
         """Register ``obj`` under ``name``; without ``obj``, return a decorator that does.
 
         ``requires``: a module name, or a callable raising ImportError, checked at every
@@ -103,8 +104,8 @@ class Registry:
         try:
             return self._load(name)
         except KeyError:
-            raise ValueError(f"unknown or unavailable {self.kind} {name!r}; choose from {self.names()} "
-                             f"(installed here: {self.available()})") from None
+            raise ValueError(f"unknown or unavailable {self.kind} {name!r}; choose from "
+                             f"{self.names()} (installed here: {self.available()})") from None
         except ImportError as exc:
             raise ImportError(f"the {self.kind} {name!r} is not installed ({exc}); available: "
                               f"{self.available()}") from None

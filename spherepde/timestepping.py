@@ -144,9 +144,14 @@ def _check_times(times):
 def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None = None,
               rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
               retract: Callable = _add, callback: Callable | None = None,
-              dt_max: float | None = None, max_steps: int = 10_000_000, progress=None,
-              adaptive: bool | None = None, keep: Callable | None = None):
+              dt_max: float | Callable | None = None, max_steps: int = 10_000_000,
+              progress=None, adaptive: bool | None = None, keep: Callable | None = None,
+              stats: dict | None = None):
     """Integrate dy/dt = f(t, y) and return the states at ``times`` (times[0] is y0's time).
+
+    One run across all output times: the adaptive step carries over from one output to the
+    next (an output only shortens the step that would pass it), and the starting-step
+    heuristic runs once.
 
     Parameters
     ----------
@@ -156,15 +161,21 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
     scheme : name in :data:`SCHEMES`
     dt : float, optional
         Fixed step. Steps are shortened uniformly so that every output time is hit exactly.
-        Required for non-adaptive schemes; with an adaptive scheme it is the first step tried.
+        Required for non-adaptive schemes unless ``dt_max`` is a callable; with an adaptive
+        scheme it is the first step tried.
     rtol, atol : float
         Tolerances of the adaptive pair (error <= atol + rtol |y| in the max norm).
     retract : callable retract(y, dy) -> y_new
         Applied to every stage and step (manifold state); default plain addition.
-    callback : callable callback(i, t, y), optional
-        Called at every output time (for diagnostics or checkpointing).
-    dt_max : float, optional
-        Upper bound for adaptive steps (e.g. a CFL limit).
+    callback : callable callback(i, t, y) -> bool | None, optional
+        Called at every output time (for diagnostics or checkpointing); a true return value
+        ends the integration after output i.
+    dt_max : float or callable dt_max(t, y) -> float | None, optional
+        Upper bound for the steps (e.g. a CFL limit). A callable is consulted at times[0] and
+        at every output time, with the state there, and bounds the steps up to the next output
+        (a CFL bound moves with the solution, slowly on the scale of one step). For a
+        non-adaptive scheme without ``dt`` its value is the step (one step per output
+        interval where it returns None).
     progress : callable progress(t), optional
         Called after every accepted step.
     adaptive : bool, optional
@@ -173,6 +184,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
     keep : callable keep(i) -> bool, optional
         Store the state at output i only when keep(i) is true (default: store all), so that
         long runs with many outputs need not hold every state in memory.
+    stats : dict, optional
+        Updated in place with the statistics as the run goes (so that they survive an
+        exception).
 
     Returns
     -------
@@ -193,22 +207,28 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         dt = float(dt)
         if not np.isfinite(dt) or dt <= 0:
             raise ValueError(f"dt must be a positive finite number; got {dt}")
-    if not adaptive and dt is None:
+    if not adaptive and dt is None and not callable(dt_max):
         raise ValueError(f"scheme {scheme!r} has a fixed step: pass dt, or use scheme='dopri5' "
                          "with rtol/atol")
+    cap = dt_max if callable(dt_max) else (lambda t, y: dt_max)
     span = float(times[-1] - times[0])
     min_step = MIN_STEP_FRACTION * span
     y = y0
     out = [y0] if keep is None or keep(0) else []
-    stats = {"steps": 0, "rejected": 0, "fevals": 0}
-    if callback is not None:
-        callback(0, times[0], y0)
+    if stats is None:
+        stats = {}
+    for key in ("steps", "rejected", "fevals"):
+        stats.setdefault(key, 0)
+    if callback is not None and callback(0, times[0], y0):
+        return out, stats
     if adaptive:
         h = dt if dt is not None else None
     for i in range(1, len(times)):
         t0, t1 = times[i - 1], times[i]
+        limit = cap(t0, y)
         if not adaptive:
-            n = max(1, int(np.ceil((t1 - t0) / dt - 1e-12)))
+            step = dt if dt is not None else (limit if limit is not None else t1 - t0)
+            n = max(1, int(np.ceil((t1 - t0) / step - 1e-12)))
             h_i = (t1 - t0) / n
             for k in range(n):
                 y, _ = rk_step(f, t0 + k * h_i, y, h_i, tab, retract)
@@ -228,8 +248,8 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                 if stats["steps"] + stats["rejected"] > max_steps:
                     raise RuntimeError(f"more than {max_steps} steps; the problem may be stiff "
                                        "or the tolerances too tight")
-                if dt_max is not None:
-                    h = min(h, dt_max)
+                if limit is not None:
+                    h = min(h, limit)
                 last = t + h >= t1 - 1e-12 * max(1.0, abs(t1))
                 hh = t1 - t if last else h
                 y_new, err = rk_step(f, t, y, hh, tab, retract)
@@ -260,8 +280,8 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                                      "a smaller step (or an adaptive scheme) may help")
         if keep is None or keep(i):
             out.append(y)
-        if callback is not None:
-            callback(i, t1, y)
+        if callback is not None and callback(i, t1, y):
+            break
     return out, stats
 
 

@@ -103,3 +103,11 @@ def test_old_and_new_name_together_is_an_error():
         sp.ParticleSolver(sp.Model(), scheme="rk4", method="euler", dt=0.1)
     with pytest.raises(TypeError, match="pass kernel= only"):
         sp.Model().velocity(np.eye(3), np.eye(3), kernel="numpy", backend="numba")
+
+
+def test_public_names_are_listed_and_importable():
+    for name in ("Model", "PointCloud", "measures", "exact", "ParticleSolver", "SpectralSolver",
+                 "FourierSolver", "w2", "sphere"):
+        assert name in sp.__all__
+    for name in sp.__all__:
+        assert getattr(sp, name) is not None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..measures import PointCloud, as_measure
+from ..measures import PointCloud, as_measure, grid_point_cloud
 from ..sphere import GaussGrid
 
 __all__ = ["CrossValidation", "cross_validate", "grid_cloud", "empirical_rate"]
@@ -32,9 +32,7 @@ def grid_cloud(density, nlat: int = 48) -> PointCloud:
     ``density`` is a callable f(x), x: (..., 3), such as ``solution.density`` bound to a time.
     """
     g = GaussGrid(nlat, 2 * nlat)
-    vals = np.asarray(density(g.points), dtype=np.float64)
-    w = (g.weights * np.clip(vals, 0.0, None)).ravel()
-    return PointCloud(g.points.reshape(-1, 3), w / w.sum())
+    return grid_point_cloud(g.points, g.weights, density(g.points))
 
 
 def empirical_rate(n) -> float:

@@ -1,13 +1,12 @@
 r"""Diagnostics of a token configuration mu = sum_i w_i delta_{x_i} on S^{d-1}.
 
 - :func:`interaction_energy` — :math:`E_\beta(\mu) = \frac{1}{2\beta}\iint e^{\beta\langle x,y
-  \rangle}\,d\mu\,d\mu` (SPEC §3.6), non-decreasing along SA and USA with Q = K = V = I.
+  \rangle}\,d\mu\,d\mu` (:mod:`spherepde.interaction.energy`), non-decreasing along SA and USA with Q = K = V = I.
 - :func:`mean_inner_product` — average of :math:`\langle x_i, x_j\rangle` over pairs.
 - :func:`cluster_count` — number of clusters at a stated chordal threshold.
 - :func:`common_hemisphere` — do all tokens lie in one open hemisphere?
 
-Everything runs in O(N) memory (the energy through the fused log-partition kernel, or a
-blocked numpy loop without numba).
+Everything runs in O(N) memory (the energy through the fused log-partition kernel).
 
 >>> import numpy as np, spherepde as sp
 >>> x = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
@@ -19,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linprog
 
+from ..interaction.energy import energy_from_partition, log_partition
 from ..measures import PointCloud
 
 __all__ = ["interaction_energy", "log_partition", "mean_inner_product", "cluster_count",
@@ -36,26 +36,9 @@ def _cloud(mu, weights=None) -> PointCloud:
     return PointCloud(mu, weights)
 
 
-def log_partition(x, keys, weights, beta: float, chunk: int = 512) -> np.ndarray:
-    r""":math:`\log\sum_j w_j e^{\beta\langle x_i, k_j\rangle}` for queries x (m, d), keys (n, d),
-    weights (n,); returns (m,). O(m + n) memory with numba, O(chunk·n) without."""
-    try:
-        from ..interaction.fused import log_partition_numba
-    except ImportError:  # numba missing: blocked numpy
-        from scipy.special import logsumexp
-
-        with np.errstate(divide="ignore"):
-            logw = np.log(weights)
-        out = np.empty(x.shape[0])
-        for s in range(0, x.shape[0], chunk):
-            out[s:s + chunk] = logsumexp(beta * (x[s:s + chunk] @ keys.T) + logw, axis=1)
-        return out
-    return log_partition_numba(x, keys, weights, beta)
-
-
 def interaction_energy(mu, weights=None, beta: float = 1.0, log: bool = False) -> float:
     r"""Interaction energy :math:`E_\beta(\mu) = \frac{1}{2\beta}\sum_{i,j} w_i w_j
-    e^{\beta\langle x_i, x_j\rangle}` (SPEC §3.6, Q = K = V = I).
+    e^{\beta\langle x_i, x_j\rangle}` (Q = K = V = I; docs/theory.md).
 
     Parameters
     ----------
@@ -78,9 +61,8 @@ def interaction_energy(mu, weights=None, beta: float = 1.0, log: bool = False) -
     lz = log_partition(cloud.points, cloud.points, cloud.weights, beta)
     w = cloud.weights
     alive = w > 0
-    top = lz[alive].max()
-    log_e = top + np.log(np.sum(w[alive] * np.exp(lz[alive] - top))) - np.log(2.0 * beta)
-    return float(log_e) if log else float(np.exp(log_e))
+    top = float(lz[alive].max())
+    return energy_from_partition(w[alive], np.exp(lz[alive] - top), top, beta, log=log)
 
 
 def mean_inner_product(mu, weights=None, exclude_diagonal: bool = True) -> float:

@@ -4,11 +4,12 @@
 (:class:`FourierSolver`, :mod:`.s1_fourier`); finite volumes on the cubed sphere
 (:class:`FiniteVolumeSolver`, :mod:`.finite_volume`)."""
 from ..transforms.sht import available_backends, get_backend
+from .base import DensitySolution, DensitySolver
 from .common import ResolutionWarning
 from .finite_volume import FiniteVolumeSolution, FiniteVolumeSolver
 from .s1_fourier import FourierSolution, FourierSolver
 from .s2_spectral import SpectralSolution, SpectralSolver
 
-__all__ = ["SpectralSolver", "SpectralSolution", "FourierSolver", "FourierSolution",
-           "FiniteVolumeSolver", "FiniteVolumeSolution", "ResolutionWarning",
-           "available_backends", "get_backend"]
+__all__ = ["DensitySolver", "DensitySolution", "SpectralSolver", "SpectralSolution",
+           "FourierSolver", "FourierSolution", "FiniteVolumeSolver", "FiniteVolumeSolution",
+           "ResolutionWarning", "available_backends", "get_backend"]

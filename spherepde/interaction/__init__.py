@@ -70,9 +70,7 @@ def resolve_kernel(kernel: str, m: int, n: int, *, kappa: float | None = None,
 
         if harmonic_is_faster(m, n, kappa):
             return "harmonic"
-    if m * n >= AUTO_NUMBA_SIZE and KERNELS.installed("numba"):
-        return "numba"
-    return "numpy"
+    return "numba" if m * n >= AUTO_NUMBA_SIZE else "numpy"
 
 
 def attention(x, keys, values, weights, beta: float, normalized: bool = True,

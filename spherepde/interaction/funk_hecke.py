@@ -37,12 +37,13 @@ import math
 import numpy as np
 from scipy.special import ive
 
-from ..sphere import orthogonal_factor
-from .reference import LOG_FLOAT_MAX, usa_overflow_error
+from ..sphere import is_z_rotation, orthogonal_factor
+from ..transforms.fourier import synthesize_two_sided
+from .numerics import check_usa_overflow, usa_scale
 
 __all__ = ["orthogonal_factor", "spherical_multipliers", "circular_multipliers",
-           "funk_hecke_fields_s2", "local_frame", "attention_s2", "attention_s1",
-           "GeneralFunkHecke"]
+           "funk_hecke_fields_s2", "attention_s2", "attention_s1", "GeneralFunkHecke"]
+
 
 def spherical_multipliers(lmax: int, kappa: float):
     r"""Scaled Funk–Hecke multipliers on S^2 for degrees 0..lmax, each (lmax + 1,):
@@ -86,12 +87,6 @@ def circular_multipliers(kmax: int, kappa: float) -> np.ndarray:
     return 2.0 * np.pi * ive(np.arange(kmax + 1, dtype=np.float64), kappa)
 
 
-def _usa_scale(kappa, beta):
-    if kappa > LOG_FLOAT_MAX:
-        raise usa_overflow_error(kappa, beta)
-    return math.exp(kappa)
-
-
 def funk_hecke_fields_s2(rho_lm: np.ndarray, sht, O: np.ndarray, multipliers,
                          radial: bool = True, partition: bool = True):
     r"""The scaled Funk–Hecke fields on the grid of ``sht``, in the local frame.
@@ -110,7 +105,7 @@ def funk_hecke_fields_s2(rho_lm: np.ndarray, sht, O: np.ndarray, multipliers,
         rho = np.where(sht.l % 2 == 0, rho, -rho)
     else:
         R = O
-    if abs(R[2, 2] - 1.0) < 1e-14 and np.abs(R[2, :2]).max() < 1e-14:
+    if is_z_rotation(R):
         # a rotation about the z-axis (identity included) is a phase per order m: f(R^T x)
         # has coefficients a_lm e^{-i m alpha}; no Wigner rotation needed
         alpha = math.atan2(R[1, 0], R[0, 0])
@@ -132,20 +127,6 @@ def _z_phase(sht, alpha: float) -> np.ndarray:
         cache = (alpha, np.exp(-1j * alpha * sht.m))
         sht._z_phase_cache = cache
     return cache[1]
-
-
-def local_frame(nlat: int, nlon: int):
-    """(e_r, e_theta, e_phi), each (nlat, nlon, 3), on the Gauss grid (theta ascending)."""
-    x, _ = np.polynomial.legendre.leggauss(nlat)
-    ct = np.sort(x)[::-1][:, None]
-    st = np.sqrt(1.0 - ct**2)
-    phi = 2.0 * np.pi * np.arange(nlon) / nlon
-    cp, sp_ = np.cos(phi)[None, :], np.sin(phi)[None, :]
-    zero = np.zeros((nlat, nlon))
-    e_r = np.stack([st * cp, st * sp_, ct + zero], axis=-1)
-    e_t = np.stack([ct * cp, ct * sp_, -st + zero], axis=-1)
-    e_p = np.stack([-sp_ + zero, cp + zero, zero], axis=-1)
-    return e_r, e_t, e_p
 
 
 def attention_s2(rho_lm: np.ndarray, sht, c: float, O: np.ndarray, V: np.ndarray, beta: float,
@@ -171,13 +152,13 @@ def attention_s2(rho_lm: np.ndarray, sht, c: float, O: np.ndarray, V: np.ndarray
     kappa = beta * c
     mult = multipliers if multipliers is not None else spherical_multipliers(sht.lmax, kappa)
     G, Wr, wt, wp = funk_hecke_fields_s2(rho_lm, sht, O, mult)
-    e_r, e_t, e_p = local_frame(sht.nlat, sht.nlon)
+    e_r, e_t, e_p = sht.grid().frame
     W = Wr[..., None] * e_r + wt[..., None] * e_t + wp[..., None] * e_p
     att = W @ (V @ O.T).T  # V O^T = A / c
     if normalized:
         att = att / G[..., None]
     else:
-        att = att * _usa_scale(kappa, beta)
+        att = att * usa_scale(kappa, beta)
     return att, G, kappa
 
 
@@ -215,26 +196,15 @@ def attention_s1(rho_k: np.ndarray, n: int, c: float, O: np.ndarray, V: np.ndarr
         two_a = math.atan2(O[1, 0], O[0, 0])
         phase = np.exp(1j * ks * two_a)
         Gk, Wk = (Gk * phase)[::-1], (Wk * phase)[::-1]  # coefficient of e^{ik theta} from -k
-    G = _synth_two_sided(Gk, n).real
-    Wc = _synth_two_sided(Wk, n)
+    G = synthesize_two_sided(Gk, n).real
+    Wc = synthesize_two_sided(Wk, n)
     W = np.stack([Wc.real, Wc.imag], axis=-1)
     att = W @ V.T  # W was evaluated at u = O^T x directly: no frame change here
     if normalized:
         att = att / G[:, None]
     else:
-        att = att * _usa_scale(kappa, beta)
+        att = att * usa_scale(kappa, beta)
     return att, G, kappa
-
-
-def _synth_two_sided(ck: np.ndarray, n: int) -> np.ndarray:
-    """Values at theta_j = 2 pi j/n of sum_k c_k e^{ik theta}, k = -Kp..Kp (ck has 2Kp+1)."""
-    Kp = (ck.shape[0] - 1) // 2
-    if n < 2 * Kp + 1:
-        raise ValueError(f"the S^1 grid needs n >= {2 * Kp + 1} points; got {n}")
-    buf = np.zeros(n, dtype=np.complex128)
-    buf[: Kp + 1] = ck[Kp:]
-    buf[n - Kp:] = ck[:Kp]
-    return np.fft.ifft(buf) * n
 
 
 class GeneralFunkHecke:
@@ -285,8 +255,8 @@ class GeneralFunkHecke:
         self.eps = max(float(tol), 2.1e-13)
         sv = np.linalg.svd(np.asarray(B, dtype=np.float64), compute_uv=False)
         self.kmin, self.kmax_ = beta * sv[-1], beta * sv[0]
-        if not normalized and self.kmax_ > LOG_FLOAT_MAX:
-            raise usa_overflow_error(self.kmax_, beta)
+        if not normalized:
+            check_usa_overflow(self.kmax_, beta)
         self.coef = self._chebyshev(tol, max_terms)  # (3, P, lmax + 1)
         half = 0.5 * (self.kmax_ - self.kmin)
         s = (self.kappa - 0.5 * (self.kmax_ + self.kmin)) / half if half > 0 else 0 * self.kappa

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numerics import LOG_FLOAT_MAX, check_usa_overflow, log_weights, usa_overflow_error  # noqa: F401
+from .numerics import LOG_FLOAT_MAX, usa_overflow_error  # noqa: F401  (the old home)
+from .numerics import check_usa_overflow, log_weights
 
 
 def attention_numpy(x, keys, values, weights, beta: float, normalized: bool,

@@ -1,4 +1,4 @@
-r"""The zero-temperature (beta = infinity) fields of SPEC §2.
+r"""The zero-temperature (beta = infinity) fields (docs/theory.md).
 
 Local field, for measures with full support (Laplace principle):
 :math:`X_\infty(x) = P_x A x / |B^\top x|` with A = V B^T. It does not depend on the measure.

@@ -1,42 +1,41 @@
 """Geometry of the unit sphere S^{d-1} in R^d.
 
-Tangent projection, the retraction and exponential map used by every integrator,
-input validation for points, and Gauss–Legendre quadrature grids on S^2.
+Tangent projection, the retraction used by every integrator, input validation for points,
+rotations, the Gauss–Legendre grid on S^2 and the equispaced grid on S^1 (each built by one
+class here).
 
 Conventions: points are arrays of shape ``(..., d)`` with unit Euclidean norm.
 Colatitude ``theta`` runs from 0 (north pole, +z) to pi, longitude ``phi`` from 0 to 2 pi.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from scipy.special import gammaln
 
 __all__ = [
-    "sphere_area",
     "as_points",
     "normalize",
     "tangent_projection",
     "retract",
-    "exp_map",
     "random_rotation",
-    "GaussGrid",
-    "gauss_grid",
-    "integrate_s2",
+    "rotation_to_pole",
+    "rotation_axis_frame",
+    "check_rotation",
+    "euler_zyz",
+    "is_z_rotation",
     "orthogonal_factor",
+    "GaussGrid",
+    "integrate_s2",
+    "CircleGrid",
+    "hemisphere_quadrature",
+    "log_sphere_area",
 ]
 
 #: Largest tolerated deviation of |x| from 1 before points are rejected.
 UNIT_NORM_ATOL = 1e-8
-
-
-def sphere_area(d: int) -> float:
-    r"""Surface area of S^{d-1} ⊂ R^d, :math:`|S^{d-1}| = 2\pi^{d/2}/\Gamma(d/2)`."""
-    d = int(d)
-    if d < 2:
-        raise ValueError(f"the sphere S^(d-1) needs d >= 2, got d = {d}")
-    return float(np.exp(np.log(2.0) + 0.5 * d * np.log(np.pi) - gammaln(0.5 * d)))
 
 
 def as_points(x, d: int | None = None, *, name: str = "x", normalize: bool = False,
@@ -102,14 +101,6 @@ def retract(x: np.ndarray, v: np.ndarray) -> np.ndarray:
     return normalize(x + v)
 
 
-def exp_map(x: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Exponential map of the sphere, exp_x(v) = cos|v| x + sin|v| v/|v| for tangent v."""
-    v = tangent_projection(x, v)
-    nv = np.linalg.norm(v, axis=-1, keepdims=True)
-    safe = np.where(nv > 0, nv, 1.0)
-    return normalize(np.cos(nv) * x + np.sin(nv) * v / safe)
-
-
 def random_rotation(d: int, seed=None) -> np.ndarray:
     """A Haar-random rotation in SO(d) (QR of a Gaussian matrix with sign fix)."""
     rng = np.random.default_rng(seed)
@@ -161,19 +152,52 @@ class GaussGrid:
         """Integral over S^2 of grid values of shape (..., nlat, nlon)."""
         return np.sum(values * self.weights, axis=(-2, -1))
 
+    @functools.cached_property
+    def frame(self):
+        r"""The local frame :math:`(e_r, e_\theta, e_\phi)` at the nodes, each (nlat, nlon, 3):
+        e_theta points south, e_phi east (the components of the SHT's vector fields)."""
+        ct = self.cost[:, None]
+        st = np.sqrt(1.0 - ct**2)
+        cp, sp_ = np.cos(self.phi)[None, :], np.sin(self.phi)[None, :]
+        zero = np.zeros((self.nlat, self.nlon))
+        e_t = np.stack([ct * cp, ct * sp_, -st + zero], axis=-1)
+        e_p = np.stack([-sp_ + zero, cp + zero, zero], axis=-1)
+        return self.points, e_t, e_p
+
     def __repr__(self) -> str:
         return f"GaussGrid(nlat={self.nlat}, nlon={self.nlon})"
 
 
-def gauss_grid(lmax: int) -> GaussGrid:
-    """The smallest Gauss grid that integrates products of two degree-``lmax`` fields exactly."""
-    return GaussGrid(lmax + 1, 2 * lmax + 2)
-
-
 def integrate_s2(f, nlat: int = 256, nlon: int | None = None) -> float:
-    """Integral of a callable f(x), x: (..., 3), over S^2 on a Gauss grid."""
+    """Integral of a callable f(x), x: (..., 3), over S^2 on a Gauss grid (nlat x nlon)."""
     grid = GaussGrid(nlat, nlon or 2 * nlat)
     return float(grid.integrate(np.asarray(f(grid.points), dtype=np.float64)))
+
+
+class CircleGrid:
+    r"""The equispaced grid :math:`\theta_j = 2\pi j/n` on S^1, whose trapezoid rule (weights
+    2 pi/n) is exact for trigonometric polynomials of degree < n.
+
+    Attributes
+    ----------
+    n : int
+    theta : (n,) angles
+    points : (n, 2) unit vectors (cos theta, sin theta)
+    weights : (n,) quadrature weights 2 pi / n, summing to 2 pi
+    e_theta : (n, 2) unit tangents (-sin theta, cos theta)
+    """
+
+    def __init__(self, n: int):
+        if int(n) != n or n < 1:
+            raise ValueError(f"a circle grid needs n >= 1 points; got {n!r}")
+        self.n = int(n)
+        self.theta = 2.0 * np.pi * np.arange(self.n) / self.n
+        self.points = np.stack([np.cos(self.theta), np.sin(self.theta)], axis=-1)
+        self.weights = np.full(self.n, 2.0 * np.pi / self.n)
+        self.e_theta = np.stack([-np.sin(self.theta), np.cos(self.theta)], axis=-1)
+
+    def __repr__(self) -> str:
+        return f"CircleGrid(n={self.n})"
 
 
 def rotation_to_pole(e: np.ndarray) -> np.ndarray:
@@ -247,3 +271,50 @@ def orthogonal_factor(B: np.ndarray, rtol: float = ORTHOGONAL_RTOL):
     if float(np.abs(O.T @ O - np.eye(d)).max()) > rtol:
         return None
     return c, O
+
+
+def check_rotation(R) -> np.ndarray:
+    """R as a float64 (3, 3) rotation (R R^T = I, det R = +1), or a ValueError saying why not."""
+    R = np.asarray(R, dtype=np.float64)
+    if R.shape != (3, 3):
+        raise ValueError(f"a rotation of S^2 must have shape (3, 3); got {R.shape}")
+    err = float(np.abs(R @ R.T - np.eye(3)).max())
+    if err > 1e-10 or np.linalg.det(R) < 0:
+        raise ValueError(f"R must be a rotation (R R^T = I, det R = +1); |R R^T - I| = {err:.1e}, "
+                         f"det R = {np.linalg.det(R):.3f}")
+    return R
+
+
+def euler_zyz(R: np.ndarray):
+    r"""Euler angles (a, b, c) with :math:`R = R_z(a) R_y(b) R_z(c)` for a rotation R (3, 3)."""
+    R = np.asarray(R, dtype=np.float64)
+    b = math.acos(max(-1.0, min(1.0, R[2, 2])))
+    if abs(math.sin(b)) > 1e-12:
+        a = math.atan2(R[1, 2], R[0, 2])
+        c = math.atan2(R[2, 1], -R[2, 0])
+    elif R[2, 2] > 0:  # b = 0: a pure z rotation by a + c
+        a, c = math.atan2(R[1, 0], R[0, 0]), 0.0
+    else:  # b = pi: R_z(a) diag(-1, 1, -1)
+        a, c = math.atan2(-R[1, 0], -R[0, 0]), 0.0
+    return a, b, c
+
+
+def is_z_rotation(R, tol: float = 1e-14) -> bool:
+    """Whether the rotation R (3, 3) fixes e_z (a rotation about the z-axis)."""
+    return abs(R[2, 2] - 1.0) < tol and float(np.abs(R[2, :2]).max()) < tol
+
+
+def rotation_axis_frame(O):
+    """A rotation P with P^T O P = +-(rotation about e_z), or None when O already is one.
+
+    O (3, 3) orthogonal is +-R with R a rotation about the axis n; P = [u, n x u, n] for any
+    unit u ⊥ n."""
+    R = O if np.linalg.det(O) > 0 else -O
+    if is_z_rotation(R):
+        return None
+    w, v = np.linalg.eig(R)
+    n = np.real(v[:, int(np.argmin(np.abs(w - 1.0)))])
+    n /= np.linalg.norm(n)
+    u = np.cross(n, np.eye(3)[int(np.argmin(np.abs(n)))])
+    u /= np.linalg.norm(u)
+    return np.column_stack([u, np.cross(n, u), n])

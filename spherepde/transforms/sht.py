@@ -25,10 +25,10 @@ import math
 import numpy as np
 
 from ..registry import Registry
+from ..sphere import check_rotation, euler_zyz
 
 __all__ = ["SHTBackend", "ShtnsBackend", "Ducc0Backend", "SHT_LIBRARIES", "available_backends",
-           "get_backend",
-           "lm_arrays", "euler_zyz", "fft_size", "evaluate_points"]
+           "get_backend", "lm_arrays", "fft_size", "evaluate_points"]
 
 
 def lm_arrays(lmax: int):
@@ -49,31 +49,6 @@ def fft_size(n: int) -> int:
         if k == 1 and n % 2 == 0:
             return n
         n += 1
-
-
-def euler_zyz(R: np.ndarray):
-    r"""Euler angles (a, b, c) with :math:`R = R_z(a) R_y(b) R_z(c)` for a rotation R (3, 3)."""
-    R = np.asarray(R, dtype=np.float64)
-    b = math.acos(max(-1.0, min(1.0, R[2, 2])))
-    if abs(math.sin(b)) > 1e-12:
-        a = math.atan2(R[1, 2], R[0, 2])
-        c = math.atan2(R[2, 1], -R[2, 0])
-    elif R[2, 2] > 0:  # b = 0: a pure z rotation by a + c
-        a, c = math.atan2(R[1, 0], R[0, 0]), 0.0
-    else:  # b = pi: R_z(a) diag(-1, 1, -1)
-        a, c = math.atan2(-R[1, 0], -R[0, 0]), 0.0
-    return a, b, c
-
-
-def _check_rotation(R):
-    R = np.asarray(R, dtype=np.float64)
-    if R.shape != (3, 3):
-        raise ValueError(f"a rotation of S^2 must have shape (3, 3); got {R.shape}")
-    err = float(np.abs(R @ R.T - np.eye(3)).max())
-    if err > 1e-10 or np.linalg.det(R) < 0:
-        raise ValueError(f"R must be a rotation (R R^T = I, det R = +1); |R R^T - I| = {err:.1e}, "
-                         f"det R = {np.linalg.det(R):.3f}")
-    return R
 
 
 class SHTBackend:
@@ -104,6 +79,7 @@ class SHTBackend:
         self.l, self.m = lm_arrays(lmax)
         self.nlm = self.l.size
         self.llp1 = (self.l * (self.l + 1)).astype(np.float64)
+        self._grid = None
 
     # --- to be provided by subclasses
     def analysis(self, f: np.ndarray) -> np.ndarray:
@@ -137,9 +113,12 @@ class SHTBackend:
         return -self.llp1 * s
 
     def grid(self):
-        from ..sphere import GaussGrid
+        """The transform's Gauss grid (:class:`spherepde.sphere.GaussGrid`), built once."""
+        if self._grid is None:
+            from ..sphere import GaussGrid
 
-        return GaussGrid(self.nlat, self.nlon)
+            self._grid = GaussGrid(self.nlat, self.nlon)
+        return self._grid
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(lmax={self.lmax}, nlat={self.nlat}, nlon={self.nlon})"
@@ -226,16 +205,13 @@ class ShtnsBackend(SHTBackend):
     rotate_with_ducc0 = True
 
     def rotate(self, alm, R):
-        R = _check_rotation(R)
+        R = check_rotation(R)
         a, b, c = euler_zyz(R)
         if self.rotate_with_ducc0:
-            try:
-                import ducc0
+            import ducc0
 
-                return ducc0.sht.rotate_alm(np.ascontiguousarray(alm, dtype=np.complex128),
-                                            self.lmax, c, b, a)
-            except ImportError:
-                pass
+            return ducc0.sht.rotate_alm(np.ascontiguousarray(alm, dtype=np.complex128),
+                                        self.lmax, c, b, a)
         rot = self._shtns.rotation(self.lmax)
         # shtns takes the angles in the opposite order for the same active rotation
         # R = Rz(a) Ry(b) Rz(c) (checked against direct evaluation in the tests).
@@ -281,7 +257,7 @@ class Ducc0Backend(SHTBackend):
         return eb[0] * self._inv_sq, eb[1] * self._inv_sq
 
     def rotate(self, alm, R):
-        R = _check_rotation(R)
+        R = check_rotation(R)
         a, b, c = euler_zyz(R)
         # ducc0: active rotation R_z(phi) R_y(theta) R_z(psi), called as (psi, theta, phi).
         return self._sht.rotate_alm(np.ascontiguousarray(alm, dtype=np.complex128), self.lmax,
