@@ -44,6 +44,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import interaction, timestepping
+from ..interaction.operators import check_zero_temperature
 from ..measures import Measure, PointCloud
 from ..sphere.cubed_sphere import PANELS, CubedSphere
 from .base import check_mass, check_values, density_callable, initial_measure
@@ -518,12 +519,7 @@ class FiniteVolumeSolver(_Base):
         super().__init__(n, scheme, cfl, limiter, quadrature_order, mass_rtol)
         self.model = model
         if model.zero_temperature:
-            if model.hardmax:
-                raise ValueError("hardmax is defined for discrete measures; the density solvers "
-                                 "use the zero-temperature local field (pass hardmax=False)")
-            if path not in ("auto", "zero_temperature"):
-                raise ValueError(f"beta = inf uses the zero-temperature field; "
-                                 f"path={path!r} does not apply")
+            check_zero_temperature(model, path)
             self.path = "zero_temperature"
             self.field = _ZeroTemperatureField(self.fv, model)
         else:

@@ -41,7 +41,8 @@ from .numerics import usa_scale
 from .zero_temperature import zero_temperature_attention
 
 __all__ = ["VelocityOperator", "FunkHeckeS2", "FunkHeckeS1", "DirectQuadrature",
-           "ChebyshevFunkHecke", "ZeroTemperature", "choose_operator", "OPERATOR_NAMES"]
+           "ChebyshevFunkHecke", "ZeroTemperature", "choose_operator", "check_zero_temperature",
+           "OPERATOR_NAMES"]
 
 #: The names a solver's ``path=`` accepts (besides "auto").
 OPERATOR_NAMES = ("funk_hecke", "direct", "chebyshev", "zero_temperature")
@@ -289,6 +290,17 @@ class ZeroTemperature(VelocityOperator):
         return np.full(self.weights.shape, math.nan), 0.0
 
 
+def check_zero_temperature(model, path: str) -> None:
+    """At beta = inf a density moves under the zero-temperature local field: refuse hardmax
+    (defined for discrete measures) and any other ``path``."""
+    if model.hardmax:
+        raise ValueError("hardmax is defined for discrete measures; the density solvers use "
+                         "the zero-temperature local field (pass hardmax=False)")
+    if path not in ("auto", "zero_temperature"):
+        raise ValueError(f"beta = inf uses the zero-temperature field; path={path!r} does not "
+                         "apply")
+
+
 def choose_operator(model, path: str, d: int, available=OPERATOR_NAMES):
     """Check the requested field computation ``path`` for ``model`` on S^{d-1} and resolve
     "auto"; returns (name, (c, O) or None).
@@ -299,12 +311,7 @@ def choose_operator(model, path: str, d: int, available=OPERATOR_NAMES):
     if model.d != d:
         raise ValueError(f"this solver works on S^{d - 1} (d = {d}); the model has d = {model.d}")
     if model.zero_temperature:
-        if model.hardmax:
-            raise ValueError("hardmax is defined for discrete measures; the density solvers use "
-                             "the zero-temperature local field (pass hardmax=False)")
-        if path not in ("auto", "zero_temperature"):
-            raise ValueError(f"beta = inf uses the zero-temperature field; path={path!r} does not "
-                             "apply")
+        check_zero_temperature(model, path)
         return "zero_temperature", None
     fac = orthogonal_factor(model.B)
     if path == "auto":
