@@ -220,3 +220,22 @@ def test_particle_trajectories_match_the_direct_kernel():
     traj_h = solver.solve(x0, times)
     traj_n = sp.ParticleSolver(model, kernel="numba").solve(x0, times)
     assert np.abs(traj_h.positions - traj_n.positions).max() <= 1e-7
+
+
+def test_fourier_state_through_the_harmonic_field():
+    """On S^1 the moments of a density given by its Fourier coefficients (the Fourier
+    solver's state) give the Bessel-multiplier field of funk_hecke.attention_s1 on its grid."""
+    from spherepde.interaction.funk_hecke import attention_s1
+
+    O, V = matrices(2, "rotation")
+    K, n = 40, 128
+    k = np.arange(K + 1)
+    rho = np.exp(-0.1 * k) * np.exp(1j * 0.7 * k) / (2 * np.pi)  # a smooth positive density
+    for normalized in (True, False):
+        ref, _, _ = attention_s1(rho, n, 1.0, O, V, 30.0, normalized)
+        field = HarmonicField(O, V, 30.0, normalized)
+        theta = 2 * np.pi * np.arange(n) / n
+        x = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+        out = field.attention(x, field.moments_of_coefficients(rho))
+        # both are exact sums of the same truncated series: round-off
+        assert np.abs(out - ref).max() <= 1e-12 * np.abs(ref).max()
