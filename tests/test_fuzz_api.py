@@ -15,7 +15,9 @@ import spherepde as sp
 
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
-SECONDS = 30  # per example; a healthy call takes milliseconds
+# per example: a healthy call takes milliseconds, but the first one may include numba compiling
+# the W2 kernels, which took over 30 s on a loaded 2-core machine; a hang never answers at all
+SECONDS = 120
 
 
 @contextmanager
