@@ -171,7 +171,17 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
         print(f"[full-run] t = {t:5.2f}  wall {row['wall_s']:8.1f} s  right-hand sides "
               f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}", flush=True)
 
-    traj = solver.solve(x0, np.linspace(0.0, t_end, n_times), callback=callback, tokens=slice(0, 2000))
+    steps = [0]
+
+    def progress(t):
+        steps[0] += 1
+        if steps[0] % 5 == 0:
+            print(f"[full-run]   step {steps[0]:5d}  t = {t:.4f}  wall {time.time() - t0:8.1f} s  "
+                  f"queries {field.stats['queries']}  fallback {field.stats['fallback']}",
+                  flush=True)
+
+    traj = solver.solve(x0, np.linspace(0.0, t_end, n_times), callback=callback,
+                        progress=progress, tokens=slice(0, 2000))
     wall = time.time() - t0
     print(f"[full-run] done in {wall:.0f} s; stats {traj.stats}")
     return dict(n=n, beta=beta, t_end=t_end, wall_s=wall, stats=traj.stats, log=log)
