@@ -140,10 +140,10 @@ def concentration(ns, betas, t_end, n_out):
     """W2(rho_t, Pi#rho0) in the default scenario for each beta and n; at beta = inf also its
     error against the closed form."""
     import spherepde as sp
-    from spherepde.app.scenario import rotation_matrix
+    from spherepde.sphere import rotation_about_axis
     from spherepde.density.finite_volume import FiniteVolumeSolver
 
-    O = rotation_matrix([1, 1, 1], 0.9)
+    O = rotation_about_axis([1, 1, 1], 0.9)
     mu0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
     times = np.linspace(0.0, t_end, n_out)
     print("| beta | n | h | min W2 | t at min | W2(t_end) | max error vs closed form | steps | "

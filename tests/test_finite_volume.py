@@ -17,7 +17,7 @@ from scipy.special import eval_legendre
 import spherepde as sp
 from spherepde import exact
 from spherepde.analysis import transport_cases as tc
-from spherepde.app.scenario import rotation_matrix
+from spherepde.sphere import rotation_about_axis
 from spherepde.density.finite_volume import (FiniteVolumeScheme, FiniteVolumeSolution,
                                              FiniteVolumeSolver, TransportSolver, locate)
 from spherepde.sphere.cubed_sphere import CubedSphere
@@ -40,7 +40,7 @@ def assert_mass_conserved(sol):
 def rotated(f, axis_vec, angle):
     """x -> f(R^T x) with R the rotation by angle about axis_vec (the solution of solid-body
     rotation at the time the body has turned by angle)."""
-    R = rotation_matrix(axis_vec, angle)
+    R = rotation_about_axis(axis_vec, angle)
     return lambda x: f(x @ R)
 
 
@@ -168,7 +168,7 @@ def test_unlimited_scheme_undershoots_on_slotted_cylinders():
 # ---------------------------------------------------------------- attention dynamics
 def test_zero_temperature_closed_form_second_order():
     # default scenario's A = diag(1, 0.4, 0) with B = c·(rotation by 0.9 about (1,1,1))
-    O = rotation_matrix([1, 1, 1], 0.9)
+    O = rotation_about_axis([1, 1, 1], 0.9)
     model = sp.Model(K=1.3 * O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=np.inf)
     T = 0.5
     exact_rho = exact.zero_temperature_density(model, MU0, T).density
@@ -207,7 +207,7 @@ def test_growth_rates_of_the_uniform_state_converge():
 
 
 def default_scenario(beta):
-    O = rotation_matrix([1, 1, 1], 0.9)
+    O = rotation_about_axis([1, 1, 1], 0.9)
     return sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=beta)
 
 
