@@ -23,7 +23,9 @@ way of computing the field:
 - :class:`ZeroTemperature`: beta = inf, :math:`A x/|B^\top x|`, independent of rho.
 
 A solver picks one at construction (:func:`choose_operator` checks the choice) and calls
-:meth:`VelocityOperator.flux` in every right-hand side.
+:meth:`VelocityOperator.flux` in every right-hand side. The field can also be wanted at other
+points than the nodes (``targets``: the edge points of a finite-volume mesh, whose density
+lives at the cells).
 """
 from __future__ import annotations
 
