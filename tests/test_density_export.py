@@ -56,7 +56,8 @@ def test_finite_volume_solution_netcdf_round_trip(tmp_path):
     assert ds["density"].dims == ("time", "cell") and ds.sizes["cell"] == 96
     assert ds["density"].attrs["units"] == "sr-1"
     assert ds["cell_mass"].dims == ("time", "cell") and ds["cell_mass"].attrs["units"] == "1"
-    assert ds["lat"].attrs["units"] == "degrees_north" and ds["lon"].attrs["units"] == "degrees_east"
+    assert ds["lat"].attrs["units"] == "degrees_north"
+    assert ds["lon"].attrs["units"] == "degrees_east"
     assert ds["cell_area"].attrs["units"] == "sr"
     # the cell areas tile the sphere, and averages times areas sum to the mass diagnostic, which
     # is conserved (sums of 96 terms: round-off only)

@@ -16,10 +16,11 @@ the resolution stop, is shared):
   (:meth:`DensitySolver.max_speed` gives the largest speed);
 - ``operator``: the :class:`spherepde.interaction.operators.VelocityOperator` on its nodes,
   built once in ``__init__`` (:func:`spherepde.interaction.operators.choose_operator` checks
-  the choice), ``node_weights`` (the nodes' quadrature weights) and ``values(y)`` (the
-  density at the nodes); from these the base computes the diagnostics (mass, min, negative
-  mass, energy). The run stops early (``stop_negative_mass``) once |negative mass| exceeds a
-  bound: the density is no longer resolved;
+  the choice; None for a prescribed velocity, whose energy is then NaN), ``node_weights``
+  (the nodes' quadrature weights) and ``values(y)`` (the density at the nodes); from these the
+  base computes the diagnostics (mass, min, negative mass, energy). The run stops early
+  (``stop_negative_mass``) once |negative mass| exceeds a bound: the density is no longer
+  resolved;
 - ``mass(y)``;
 - ``solution_arrays() -> dict``: what the solution needs besides times, states and
   diagnostics (e.g. ``lmax``, the grid shape).

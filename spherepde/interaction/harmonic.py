@@ -682,7 +682,8 @@ class HarmonicField:
     def partition(self, x, moments: Moments):
         r"""The partition :math:`Z(x) = \int e^{\beta\langle x, By\rangle}d\mu(y) =
         e^{\kappa(x)}G(n(x))` at points x (m, d), as (p (m,), s) with Z = p e^{s} and s the
-        largest kappa(x) (the form of :func:`spherepde.interaction.energy.energy_from_partition`)."""
+        largest kappa(x) (what :func:`spherepde.interaction.energy.energy_from_partition`
+        takes)."""
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.d:
             raise ValueError(f"x must have shape (m, {self.d}); got {x.shape}")
