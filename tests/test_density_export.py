@@ -70,6 +70,7 @@ def test_finite_volume_solution_netcdf_round_trip(tmp_path):
     lat, lon = np.radians(ds["lat"].values), np.radians(ds["lon"].values)
     np.testing.assert_allclose(np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon),
                                          np.sin(lat)], -1), c, atol=1e-15)
+    assert ds["lat_bounds"].dims == ("cell", "vertex") and ds["lat"].attrs["bounds"] == "lat_bounds"
     assert ds.attrs["model_beta"] == 2.0 and ds.attrs["grid_n"] == 4
     assert ds.attrs["setting_limiter"] == "positivity" and ds.attrs["setting_scheme"] == "ssprk3"
     assert ds.attrs["velocity_path"] == "direct" and "setting_rtol" not in ds.attrs

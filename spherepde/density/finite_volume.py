@@ -419,15 +419,25 @@ class FiniteVolumeSolution(DensitySolution):
 
     def xarray_space(self):
         """The cell averages on dimension ``cell``, with the cell centres' latitude and
-        longitude (degrees) and the cell areas (sr) as coordinates."""
+        longitude (degrees), their CF bounds (the four corners, counter-clockwise seen from
+        outside the sphere) and the cell areas (sr) as coordinates."""
         mesh = self.mesh
-        c = mesh.centers
-        lat = np.degrees(np.arcsin(np.clip(c[:, 2], -1.0, 1.0)))
-        lon = np.degrees(np.arctan2(c[:, 1], c[:, 0]))
+
+        def lat_lon(x):
+            return (np.degrees(np.arcsin(np.clip(x[..., 2], -1.0, 1.0))),
+                    np.degrees(np.arctan2(x[..., 1], x[..., 0])))
+
+        lat, lon = lat_lon(mesh.centers)
+        lat_b, lon_b = lat_lon(mesh.corners)
         coords = {"lat": ("cell", lat, {"units": "degrees_north", "standard_name": "latitude",
-                                        "long_name": "latitude of the cell centre"}),
+                                        "long_name": "latitude of the cell centre",
+                                        "bounds": "lat_bounds"}),
                   "lon": ("cell", lon, {"units": "degrees_east", "standard_name": "longitude",
-                                        "long_name": "longitude of the cell centre"}),
+                                        "long_name": "longitude of the cell centre",
+                                        "bounds": "lon_bounds"}),
+                  # CF: a bounds variable takes its units from its coordinate
+                  "lat_bounds": (("cell", "vertex"), lat_b),
+                  "lon_bounds": (("cell", "vertex"), lon_b),
                   "cell_area": ("cell", mesh.areas,
                                 {"units": "sr", "standard_name": "cell_area",
                                  "long_name": "area of the cell on the unit sphere"})}
