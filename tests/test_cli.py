@@ -17,6 +17,9 @@ n = 300
 [spectral]
 lmax = 24
 t_end = 1.0
+[finite_volume]
+n = 8
+betas = [4.0, "inf"]
 """
 
 
@@ -98,6 +101,33 @@ def test_results_nc_holds_the_runs_and_round_trips(small_run, tmp_path):
     assert np.allclose(ds["limit_points"].values, [e, -e])
     again = io.save_dataset(ds, tmp_path / "again.nc")
     assert io.open_dataset(again).identical(ds)
+
+
+def test_run_checks_convergence_with_a_coarse_twin_of_every_curve(small_run):
+    out = small_run / "out"
+    ds = io.open_dataset(out / "results.nc")
+    assert list(ds["solver"].values) == ["particles", "spectral", "finite_volume"]
+    res, coarse = ds["resolution"], ds["coarse_resolution"]
+    assert res.sel(solver="particles").values.tolist() == [300, 300]
+    assert coarse.sel(solver="particles").values.tolist() == [75, 75]
+    assert coarse.sel(solver="finite_volume").values.tolist() == [4, 4]
+    # the verdict is the rule applied to the two stored curves
+    for s in ds["solver"].values:
+        for b in ds["beta"].values:
+            fine, crs = (ds[v].sel(solver=s, beta=b).values for v in ("w2", "w2_coarse"))
+            both = np.isfinite(fine) & np.isfinite(crs)
+            diff = np.max(np.abs(fine[both] - crs[both]))
+            assert ds["max_difference"].sel(solver=s, beta=b).item() == pytest.approx(diff)
+            ok = diff < ds.attrs["convergence_fraction"] * np.nanmin(fine) and \
+                np.isfinite(crs[np.isfinite(fine)]).all()
+            assert bool(ds["converged"].sel(solver=s, beta=b).item()) == ok
+    # the finite volumes start from the same rho_0 as the spectral density: at t = 0 they
+    # differ by the cell-average error of n = 8 cells (h ~ 0.19), a few 1e-2 in W2
+    fv0 = ds["w2"].sel(solver="finite_volume", time=0.0).values
+    sp0 = ds["w2"].sel(solver="spectral", time=0.0).values
+    assert np.all(np.abs(fv0 - sp0) < 0.05)
+    summary = (out / "summary.md").read_text()
+    assert "coarse" in summary and "converged" in summary and "finite_volume, β=4" in summary
 
 
 def test_plot_command_redraws_a_saved_run(small_run, tmp_path):
