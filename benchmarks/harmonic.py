@@ -150,6 +150,7 @@ def crossover(betas=(16.0, 64.0, 256.0, 1000.0), sizes=tuple(1 << k for k in ran
 
 
 def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
+    """The default scenario at beta with n tokens to t_end (15 output times)."""
     import spherepde as sp
     from spherepde.interaction.harmonic import field_for
 
@@ -159,17 +160,20 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
     print(f"[full-run] {solver!r}, N = {n}", flush=True)
     field = field_for(model.B, model.V, model.beta, model.normalized)
     t0 = time.time()
-    last = [0, 0]
+    last = [0, 0, 0]
     log = []
 
     def callback(i, t, x):
         q = field.stats["queries"] - last[0]
         fb = field.stats["fallback"] - last[1]
-        last[:] = [field.stats["queries"], field.stats["fallback"]]
-        row = dict(t=float(t), wall_s=time.time() - t0, rhs=q // n, fallback_share=fb / max(q, 1))
+        atoms = field.stats["cap_atoms"] - last[2]
+        last[:] = [field.stats["queries"], field.stats["fallback"], field.stats["cap_atoms"]]
+        row = dict(t=float(t), wall_s=time.time() - t0, rhs=q // n, fallback_share=fb / max(q, 1),
+                   cap_atoms_per_fallback=atoms / max(fb, 1))
         log.append(row)
         print(f"[full-run] t = {t:5.2f}  wall {row['wall_s']:8.1f} s  right-hand sides "
-              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}", flush=True)
+              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}  atoms per fallback "
+              f"query {row['cap_atoms_per_fallback']:.0f} (of N = {n})", flush=True)
 
     steps = [0]
 
@@ -177,7 +181,8 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
         steps[0] += 1
         if steps[0] % 5 == 0:
             print(f"[full-run]   step {steps[0]:5d}  t = {t:.4f}  wall {time.time() - t0:8.1f} s  "
-                  f"queries {field.stats['queries']}  fallback {field.stats['fallback']}",
+                  f"queries {field.stats['queries']}  fallback {field.stats['fallback']}  "
+                  f"cap atoms {field.stats['cap_atoms']}",
                   flush=True)
 
     traj = solver.solve(x0, np.linspace(0.0, t_end, n_times), callback=callback,
