@@ -87,9 +87,9 @@ def far_queries(field, y, d, m, seed):
 @pytest.mark.parametrize("normalized", [True, False])
 @pytest.mark.parametrize("beta", [256.0, 1000.0])
 def test_harmonic_falls_back_to_caps_where_its_bound_fails(d, normalized, beta):
-    from spherepde.app.scenario import rotation_matrix
+    from spherepde.sphere import rotation_about_axis
 
-    O = (rotation_matrix([1.0, 1.0, 1.0], 0.9) if d == 3 else
+    O = (rotation_about_axis([1.0, 1.0, 1.0], 0.9) if d == 3 else
          np.array([[math.cos(0.9), -math.sin(0.9)], [math.sin(0.9), math.cos(0.9)]]))
     # USA at beta = 1000 overflows float64 (e^1000): |B| = 0.6 keeps it at e^600
     scale = 1.0 if normalized or beta < 700 else 0.6

@@ -39,27 +39,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .fused import _REDUCE, _exp_nonpositive
+from .fused import _REDUCE, _row3
 
 __all__ = ["CapSums"]
 
 #: Slack in the exponent shift and in the cap's angles against round-off: it only adds
 #: atoms (exact terms) or rescales all terms by the same e^{-1e-9}.
 _SLACK = 1e-9
-
-
-@njit(cache=True, fastmath=_REDUCE)
-def _range_sum(y0, y1, y2, logw, lo, hi, k0, k1, k2, shift):
-    """Sum of e^{<k, y_j> + log w_j - shift} (1, y_j) over j in [lo, hi) (on S^1 the
-    third coordinates are 0)."""
-    s = a0 = a1 = a2 = 0.0
-    for j in range(lo, hi):
-        e = _exp_nonpositive(k0 * y0[j] + k1 * y1[j] + k2 * y2[j] + logw[j] - shift)
-        s += e
-        a0 += e * y0[j]
-        a1 += e * y1[j]
-        a2 += e * y2[j]
-    return s, a0, a1, a2
 
 
 @njit(cache=True, fastmath=_REDUCE)
@@ -189,8 +175,10 @@ def _cap_sums(nx, kappa, alpha0, log_rel, yT, logw, phi, start, d, s_out, a_out,
         for q in range(r):
             lo, hi = ranges[q, 0], ranges[q, 1]
             count += hi - lo
-            ds, d0, d1, d2 = _range_sum(y0, y1, y2, logw, lo, hi, k * n0, k * n1, k * n2,
-                                        shift)
+            # the fused kernel's loop, with the atoms as keys and as values
+            ya, yb, yc = y0[lo:hi], y1[lo:hi], y2[lo:hi]
+            ds, d0, d1, d2 = _row3(k * n0, k * n1, k * n2, ya, yb, yc, logw[lo:hi], ya, yb, yc,
+                                   shift)
             s += ds
             a0 += d0
             a1 += d1
