@@ -110,3 +110,20 @@ def test_harmonic_falls_back_to_caps_where_its_bound_fails(d, normalized, beta):
                                       np.exp(log_partition_numba(x, y @ B.T, w, beta)))
     err = np.abs(out - ref).max(axis=1) / scale_q
     assert err.max() <= 100 * TOL
+
+
+@pytest.mark.parametrize("kind", ["uniform", "concentrated"])
+def test_nearest_atom_by_branch_and_bound(kind):
+    """The search that sizes C finds max_j <n, y_j> exactly (a worse atom would only widen
+    C, so this checks the pruning, not the bound)."""
+    from spherepde.interaction.caps import _nearest
+
+    y, w = clouds(3, 5000, seed=5)[kind]
+    caps = CapSums(y, w)
+    n = unit(np.random.default_rng(6).standard_normal((200, 3)))
+    for v in n:
+        theta, phi = np.arccos(v[2]), np.mod(np.arctan2(v[1], v[0]), 2 * np.pi)
+        best, _ = _nearest(theta, phi, v[0], v[1], v[2], caps._phi, caps._start, *caps._yT,
+                           caps._logw)
+        # equal up to the rounding of a 3-term dot product (numpy's order vs the loop's)
+        assert abs(best - (y @ v).max()) <= 4e-16
