@@ -82,7 +82,7 @@ def cost(ns, repeat):
     import numba
 
     import spherepde as sp
-    from spherepde.density.finite_volume import FiniteVolumeSolver, _march
+    from spherepde.density.finite_volume import FiniteVolumeSolver
 
     model = sp.Model(K=np.eye(3), V=np.diag([1.0, 0.4, 0.0]), beta=math.inf)
     print(f"numba threads: {numba.get_num_threads()}")
@@ -98,8 +98,7 @@ def cost(ns, repeat):
         best = lambda fn: min(_timed(fn) for _ in range(repeat))
         rhs = best(lambda: solver.fv.tendency(m, un))
         dt = solver.cfl / solver.fv.tendency(m, un)[1]
-        step = best(lambda: _march(solver.fv, solver.field, m, [0.0, dt], solver.scheme,
-                                   solver.cfl))
+        step = best(lambda: solver.run(m, [0.0, dt]))  # one step of the positivity control
         ref = best(lambda: np.sqrt(m * 2.0 + 1.0).sum())
         print(f"| {n} | {solver.mesh.n_cells} | {build:.2f} | {1e3 * rhs:.2f} | "
               f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
@@ -140,10 +139,10 @@ def concentration(ns, betas, t_end, n_out):
     """W2(rho_t, Pi#rho0) in the default scenario for each beta and n; at beta = inf also its
     error against the closed form."""
     import spherepde as sp
-    from spherepde.app.scenario import rotation_matrix
+    from spherepde.sphere import rotation_about_axis
     from spherepde.density.finite_volume import FiniteVolumeSolver
 
-    O = rotation_matrix([1, 1, 1], 0.9)
+    O = rotation_about_axis([1, 1, 1], 0.9)
     mu0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
     times = np.linspace(0.0, t_end, n_out)
     print("| beta | n | h | min W2 | t at min | W2(t_end) | max error vs closed form | steps | "

@@ -115,6 +115,25 @@ def test_plot_command_redraws_a_saved_run(small_run, tmp_path):
     assert main(["plot", str(tmp_path / "missing")]) == 2
 
 
+def test_animation_is_also_written_as_mp4_when_ffmpeg_is_at_hand(small_run, tmp_path):
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")  # in the test extra
+    from spherepde.app.plotting import animate_run, mp4_writer_available
+
+    assert mp4_writer_available()
+    ds = io.open_dataset(small_run / "out" / "results.nc")
+    written = animate_run(ds, tmp_path / "movie.gif", n=41)
+    assert [p.name for p in written] == ["movie.gif", "movie.mp4"]
+    reader = imageio_ffmpeg.read_frames(str(tmp_path / "movie.mp4"))
+    meta = next(reader)
+    w, h = meta["size"]
+    frames = [np.frombuffer(f, np.uint8).reshape(h, w, 3) for f in reader]
+    # one frame per snapshot time of the density's window, and they change over time
+    window = np.isfinite(ds["density"].values).any(axis=(0, 2, 3))
+    assert 2 <= len(frames) == window.sum() and frames[0].std() > 10
+    assert np.abs(frames[-1].astype(float) - frames[0]).mean() > 1.0
+    assert not list(tmp_path.glob(".*tmp*"))  # no temporary file left
+
+
 def test_info_lists_versions_and_backends(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out

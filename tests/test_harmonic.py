@@ -19,9 +19,9 @@ def rotation(d, seed=0):
     if d == 2:
         a = 0.9
         return np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
-    from spherepde.app.scenario import rotation_matrix
+    from spherepde.sphere import rotation_about_axis
 
-    return rotation_matrix([1.0, 1.0, 1.0], 0.9)
+    return rotation_about_axis([1.0, 1.0, 1.0], 0.9)
 
 
 def matrices(d, kind):
@@ -139,9 +139,9 @@ def test_spectral_rhs_through_the_harmonic_field():
     """The spectral solver's right-hand side with its attention evaluated by the harmonic
     field at the grid points equals its Funk–Hecke right-hand side to round-off."""
     import spherepde as sp
-    from spherepde.app.scenario import rotation_matrix
+    from spherepde.sphere import rotation_about_axis
 
-    O = rotation_matrix([1.0, 1.0, 1.0], 0.9)
+    O = rotation_about_axis([1.0, 1.0, 1.0], 0.9)
     model = sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=9.0)
     solver = sp.SpectralSolver(model, lmax=24)
     rho_lm = solver.project(sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5))

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde.sphere import normalize, random_rotation
+from spherepde.sphere import (check_rotation, normalize, random_rotation,
+                              rotation_about_axis)
 
 
 def test_B_and_A_follow_the_spec():
@@ -193,3 +194,15 @@ def test_velocity_bad_input():
         m.velocity(pts, pts, [0.5, 0.5, 0.5])
     with pytest.raises(ValueError, match=r"shape \(n,\)"):
         m.velocity(pts, pts, [0.5, 0.5])
+
+
+def test_rotation_about_axis():
+    axis = np.array([1.0, 2.0, -2.0])  # length 3
+    R = check_rotation(rotation_about_axis(axis, 0.7))  # orthogonal with det +1
+    np.testing.assert_allclose(R @ axis, axis, atol=1e-15)  # the axis is fixed
+    u = np.array([2.0, -1.0, 0.0]) / np.sqrt(5.0)  # unit, perpendicular to the axis
+    # a perpendicular vector turns by the angle, counter-clockwise about the axis
+    assert abs(u @ R @ u - np.cos(0.7)) < 1e-15
+    assert abs(np.cross(u, R @ u) @ axis / 3.0 - np.sin(0.7)) < 1e-15
+    with pytest.raises(ValueError, match="non-zero vector of shape"):
+        rotation_about_axis([0.0, 0.0, 0.0], 1.0)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import spherepde as sp
-from spherepde.app.scenario import rotation_matrix
+from spherepde.sphere import rotation_about_axis
 
 from _common import publish, table
 
@@ -25,7 +25,7 @@ def run(model, x0, times):
 
 
 def main():
-    O = rotation_matrix([1.0, 1.0, 1.0], 0.9)
+    O = rotation_about_axis([1.0, 1.0, 1.0], 0.9)
     S = np.diag([1.0, 0.4, 0.0])
     gamma = 0.6
     rho0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)

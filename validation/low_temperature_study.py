@@ -37,7 +37,7 @@ import numpy as np
 
 import spherepde as sp
 from spherepde import io
-from spherepde.app.scenario import rotation_matrix
+from spherepde.sphere import rotation_about_axis
 from spherepde.wasserstein.limit import _merge_atoms
 
 from _common import OUT, publish, table
@@ -84,7 +84,7 @@ FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_time
 
 
 def model_for(scenario: str, beta: float) -> sp.Model:
-    O = rotation_matrix(AXIS, ANGLE)
+    O = rotation_about_axis(AXIS, ANGLE)
     S = np.diag(SCENARIOS[scenario]["eigenvalues"])
     return sp.Model(K=O, V=S @ O, beta=beta)
 

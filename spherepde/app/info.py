@@ -53,10 +53,10 @@ def environment() -> dict:
     if torch is not None:
         cuda = torch.cuda.is_available()
         out["torch_cuda"] = (f"yes: {torch.cuda.get_device_name(0)}" if cuda else "no")
-    from matplotlib import animation
+    from .plotting import mp4_writer_available
 
-    out["mp4_animations"] = "yes (ffmpeg)" if animation.writers.is_available("ffmpeg") else \
-        "no (install ffmpeg for MP4; GIFs are written with pillow)"
+    out["mp4_animations"] = "yes (ffmpeg)" if mp4_writer_available() else \
+        "no (install ffmpeg, or `pip install imageio-ffmpeg`, for MP4; GIFs use pillow)"
     out["results"] = {"spherepde run": str(Path(DEFAULT["output"]["dir"]).resolve()),
                       "spherepde sweep": str(Path("sweep-output").resolve())}
     return out

@@ -465,9 +465,27 @@ def _placeholder(path, text):
 
 
 # ---------------------------------------------------------------------------- animation
+def mp4_writer_available() -> bool:
+    """True when an ffmpeg executable is at hand for MP4 animations: on the PATH (or matplotlib's
+    ``animation.ffmpeg_path``), or the one bundled with the optional ``imageio-ffmpeg`` package
+    (``pip install spherepde[video]``), which is then handed to matplotlib."""
+    from matplotlib import animation
+
+    if animation.writers.is_available("ffmpeg"):
+        return True
+    try:
+        import imageio_ffmpeg
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+    except Exception:  # not installed, or its binary is missing for this platform
+        return False
+    matplotlib.rcParams["animation.ffmpeg_path"] = exe
+    return animation.writers.is_available("ffmpeg")
+
+
 def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
     """GIF (pillow) of the density and tokens over the snapshot times, one orthographic pair per
-    β; also an MP4 next to it when ffmpeg is installed. Returns the paths written."""
+    β; also an MP4 next to it when ffmpeg is at hand (:func:`mp4_writer_available`). Returns the
+    paths written."""
     from matplotlib import animation
 
     have_d = _density_rows(ds)
@@ -524,7 +542,7 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
     anim = animation.FuncAnimation(fig, draw, frames=frames, blit=False)
     path = Path(path)
     written = [_write_animation(anim, path, animation.PillowWriter(fps=fps))]
-    if mp4 and animation.writers.is_available("ffmpeg"):
+    if mp4 and mp4_writer_available():
         written.append(_write_animation(anim, path.with_suffix(".mp4"),
                                         animation.FFMpegWriter(fps=fps)))
     plt.close(fig)

@@ -26,6 +26,7 @@ from .. import __version__, io
 from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
+from ..sphere import rotation_about_axis
 
 __all__ = ["Task", "Run", "tasks_of", "run_one", "run_scenario", "build_model", "build_initial",
            "OutputError", "RunInterrupted"]
@@ -50,13 +51,6 @@ def _unit(v) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def rotation_matrix(axis, angle: float) -> np.ndarray:
-    """Rotation by ``angle`` about ``axis`` (Rodrigues)."""
-    k = _unit(axis)
-    Kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return np.eye(3) + math.sin(angle) * Kx + (1 - math.cos(angle)) * (Kx @ Kx)
-
-
 def build_model(cfg: dict, beta: float) -> Model:
     """B = K (Q = I) a rotation O, V = S O with S = diag(eigenvalues), so A = V B^T = S;
     or Q = K = V = I in dimension d (``model.matrices = "identity"``)."""
@@ -64,7 +58,7 @@ def build_model(cfg: dict, beta: float) -> Model:
     if m["matrices"] == "identity":
         return Model(d=m["d"], beta=beta, normalized=m["normalized"],
                      rescale_time=m["rescale_time"])
-    O = rotation_matrix(m["rotation_axis"], m["rotation_angle"])
+    O = rotation_about_axis(m["rotation_axis"], m["rotation_angle"])
     S = np.diag(m["eigenvalues"])
     return Model(K=O, V=S @ O, beta=beta, normalized=m["normalized"],
                  rescale_time=m["rescale_time"])

@@ -16,16 +16,21 @@ the resolution stop, is shared):
   (:meth:`DensitySolver.max_speed` gives the largest speed);
 - ``operator``: the :class:`spherepde.interaction.operators.VelocityOperator` on its nodes,
   built once in ``__init__`` (:func:`spherepde.interaction.operators.choose_operator` checks
-  the choice), ``node_weights`` (the nodes' quadrature weights) and ``values(y)`` (the
-  density at the nodes); from these the base computes the diagnostics (mass, min, negative
-  mass, energy). The run stops early (``stop_negative_mass``) once |negative mass| exceeds a
-  bound: the density is no longer resolved;
+  the choice; None for a prescribed velocity, whose energy is then NaN), ``node_weights``
+  (the nodes' quadrature weights) and ``values(y)`` (the density at the nodes); from these the
+  base computes the diagnostics (mass, min, negative mass, energy). The run stops early
+  (``stop_negative_mass``) once |negative mass| exceeds a bound: the density is no longer
+  resolved;
 - ``mass(y)``;
 - ``solution_arrays() -> dict``: what the solution needs besides times, states and
   diagnostics (e.g. ``lmax``, the grid shape).
 
-Optional hooks: ``prepare(y0)`` (e.g. a filter scaled by the initial speed) and
-``march(y0, times, ...)`` (e.g. marching in a rotated frame).
+Optional hooks: ``prepare(y0)`` (e.g. a filter scaled by the initial speed),
+``march(y0, times, ...)`` (e.g. marching in a rotated frame) and ``integrate(f, y0, times,
+...)``: the step control. The default takes the shared RK registry's steps under the CFL cap
+:meth:`DensitySolver.dt_max`; a discretisation whose step follows from another bound
+overrides it (finite volumes: dt = cfl/r with r the positivity rate of every stage). The
+outputs, the resolution stop and the statistics stay in :meth:`DensitySolver.run` either way.
 
 A solution subclass provides ``density(i, x)`` and ``quadrature(i) -> (points (n, d),
 weights (n,) or None, values (n,))``, from which :meth:`DensitySolution.measure` builds the
@@ -114,10 +119,13 @@ class DensitySolver:
     d = 3
     #: the class of the solutions :meth:`solve` returns
     solution_class: type = None
+    #: False for a solver whose velocity is given rather than computed from a model
+    #: (prescribed transport): ``model`` may then be None
+    needs_model = True
 
     def __init__(self, model, *, scheme="dopri5", dt=None, rtol=1e-9, atol=1e-11, cfl=1.0,
                  mass_rtol=MASS_RTOL):
-        if not isinstance(model, Model):
+        if not isinstance(model, Model) and (model is not None or self.needs_model):
             raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
         _check_number("rtol", rtol, lambda v: v > 0, "> 0")
         _check_number("atol", atol, lambda v: v >= 0, ">= 0")
@@ -176,7 +184,8 @@ class DensitySolver:
         the negative mass (<= 0) is the integral of min(rho, 0)."""
         rho = self.values(y)
         neg = float(np.sum(self.node_weights * np.minimum(rho, 0.0)))
-        return self.mass(y), float(rho.min()), neg, self.operator.energy(rho, y)
+        energy = self.operator.energy(rho, y) if self.operator is not None else math.nan
+        return self.mass(y), float(rho.min()), neg, energy
 
     # ------------------------------------------------------------------ hooks
     def prepare(self, y0) -> None:
@@ -234,11 +243,8 @@ class DensitySolver:
 
         y = np.ascontiguousarray(y0).view(np.float64) if cplx else y0
         try:
-            timestepping.integrate(
-                f, y, times, self.scheme, dt=self.dt, rtol=self.rtol,
-                atol=self.atol * float(np.max(np.abs(y0))),
-                dt_max=lambda t, yr: self.dt_max(t, as_state(yr)), callback=on_output,
-                progress=progress, keep=lambda i: False, stats=stats)
+            self.integrate(f, y, times, on_output, progress, stats,
+                           dt_max=lambda t, yr: self.dt_max(t, as_state(yr)))
         except (RuntimeError, FloatingPointError) as exc:
             if isinstance(exc, timestepping.StepSizeError):  # name the setting to change
                 exc = timestepping.StepSizeError(f"{exc}. {self.step_hint()}")
@@ -247,6 +253,20 @@ class DensitySolver:
             t0, t1 = times[len(out) - 1], times[min(len(out), len(times) - 1)]
             stats["stopped"] = f"integration failed between t = {t0:g} and t = {t1:g}: {exc}"
         return out, stats
+
+    def integrate(self, f, y0, times, callback, progress, stats, dt_max=None) -> None:
+        """The step control of :meth:`run`: march dy/dt = f(t, y) (y real) from y0 across all
+        ``times``, calling ``callback(i, t_i, y_i)`` at every output (i = 0 included; a true
+        return ends the run) and ``progress(t)`` after every step, and counting ``steps``,
+        ``rejected`` and ``fevals`` in ``stats`` as it goes. Raises RuntimeError or
+        FloatingPointError when the run fails.
+
+        Default: :func:`spherepde.timestepping.integrate` with :attr:`scheme`, ``rtol``/``atol``
+        (atol relative to the largest entry of y0) and the cap ``dt_max(t, y)``."""
+        timestepping.integrate(f, y0, times, self.scheme, dt=self.dt, rtol=self.rtol,
+                               atol=self.atol * float(np.max(np.abs(y0))), dt_max=dt_max,
+                               callback=callback, progress=progress, keep=lambda i: False,
+                               stats=stats)
 
     def step_hint(self) -> str:
         """What to change when the adaptive step collapses (a subclass names its resolution)."""
@@ -277,12 +297,13 @@ class DensitySolver:
         """The solver settings a solution records (numbers and names; unset ones left out):
         the time stepping of this base plus the numeric and text attributes a subclass lists in
         :attr:`setting_names`."""
-        out = {"solver": type(self).__name__, "scheme": self.scheme, "dt": self.dt,
-               "rtol": self.rtol, "atol": self.atol, "cfl": self.cfl, "path": self.path}
-        for name in self.setting_names:
+        out = {"solver": type(self).__name__, "path": self.path}
+        for name in (*self.time_setting_names, *self.setting_names):
             out[name] = getattr(self, name, None)
         return {k: v for k, v in out.items() if isinstance(v, (str, int, float, np.number))}
 
+    #: the time-stepping attributes recorded by :meth:`settings` (those :meth:`integrate` reads)
+    time_setting_names = ("scheme", "dt", "rtol", "atol", "cfl")
     #: further attributes recorded by :meth:`settings` (e.g. the truncation and the filter)
     setting_names = ("degree", "filter_strength", "filter_order", "dealias", "kernel",
                      "sht_library")
@@ -335,6 +356,9 @@ class DensitySolution:
     #: the tag written by :meth:`save` and checked by :meth:`load`
     kind = "abstract"
     _kinds: dict = {}
+    #: the state in :meth:`to_xarray`: (variable name, dimensions after ``time`` or None for
+    #: ``state_0, state_1, ...``, units, long name)
+    state_variable = ("state", None, "1", "solver state")
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -415,13 +439,14 @@ class DensitySolution:
         dims, coords, values, units, long_name = self.xarray_space()
         data = {"density": (("time", *dims), values, {"units": units, "long_name": long_name})}
         state = np.asarray(self.coefficients)
-        sdims = ("time", *[f"state_{k}" for k in range(state.ndim - 1)])
+        sname, sdims, sunits, slong = self.state_variable
+        sdims = ("time", *(sdims or [f"state_{k}" for k in range(state.ndim - 1)]))
         if np.iscomplexobj(state):
             for part in ("real", "imag"):
-                data[f"state_{part}"] = (sdims, getattr(state, part).copy(),
-                                         {"units": "1", "long_name": f"solver state, {part} part"})
+                data[f"{sname}_{part}"] = (sdims, getattr(state, part).copy(),
+                                           {"units": sunits, "long_name": f"{slong}, {part} part"})
         else:
-            data["state"] = (sdims, state, {"units": "1", "long_name": "solver state"})
+            data[sname] = (sdims, state, {"units": sunits, "long_name": slong})
         for k, v in (self.diagnostics or {}).items():
             ln, unit = _DIAGNOSTICS.get(k, (k, "1"))
             data[k] = ("time", np.asarray(v, dtype=np.float64),
@@ -431,7 +456,7 @@ class DensitySolution:
         attrs = {**io.global_attrs(f"density on the sphere ({type(self).__name__})",
                                    f"density solution {self.kind}"),
                  "solution_kind": self.kind, "velocity_path": self.path,
-                 **io.model_attrs(self.model),
+                 **(io.model_attrs(self.model) if self.model is not None else {}),
                  **io.settings_attrs(grid, prefix="grid_"),
                  **io.settings_attrs(getattr(self, "settings", {}) or {}),
                  **io.settings_attrs(self.stats or {}, prefix="stat_")}
@@ -447,12 +472,15 @@ class DensitySolution:
             other = DensitySolution._kinds.get(kind, "the matching solution class")
             raise ValueError(f"{source} holds a {kind or 'non-spherepde'} solution, not a "
                              f"{cls.kind} one; use {other}.load or {other}.from_xarray")
-        state = (ds["state_real"].values + 1j * ds["state_imag"].values if "state_real" in ds
-                 else ds["state"].values)
+        name = cls.state_variable[0]
+        state = (ds[f"{name}_real"].values + 1j * ds[f"{name}_imag"].values
+                 if f"{name}_real" in ds else ds[name].values)
         diag = {k: ds[k].values for k in _DIAGNOSTICS if k in ds}
+        # a solution of prescribed transport has no model
+        model = io.model_from_attrs(ds.attrs) if f"{io.MODEL_PREFIX}d" in ds.attrs else None
         sol = cls.from_arrays(_Stored(io.settings_from_attrs(ds.attrs, "grid_")),
                               times=ds["time"].values, coefficients=state,
-                              model=io.model_from_attrs(ds.attrs), initial_measure=None,
+                              model=model, initial_measure=None,
                               diagnostics=diag, path=str(ds.attrs.get("velocity_path", "")),
                               stats=io.settings_from_attrs(ds.attrs, "stat_"))
         sol.settings = io.settings_from_attrs(ds.attrs)

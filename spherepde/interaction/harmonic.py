@@ -679,6 +679,18 @@ class HarmonicField:
         return (not self.normalized and
                 self.kappa_range[1] + math.log(max(moments.mass, 1e-300)) > LOG_FLOAT_MAX)
 
+    def partition(self, x, moments: Moments):
+        r"""The partition :math:`Z(x) = \int e^{\beta\langle x, By\rangle}d\mu(y) =
+        e^{\kappa(x)}G(n(x))` at points x (m, d), as (p (m,), s) with Z = p e^{s} and s the
+        largest kappa(x) (what :func:`spherepde.interaction.energy.energy_from_partition`
+        takes)."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.d:
+            raise ValueError(f"x must have shape (m, {self.d}); got {x.shape}")
+        G, _, kappa = self._fields(x, moments, True)
+        top = float(np.max(kappa, initial=0.0))
+        return G * np.exp(kappa - top), top
+
     def velocity(self, x, moments: Moments) -> np.ndarray:
         r"""The velocity :math:`P_x\,\mathrm{attention}`, (m, d)."""
         att = self.attention(x, moments)

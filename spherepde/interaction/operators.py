@@ -23,7 +23,9 @@ way of computing the field:
 - :class:`ZeroTemperature`: beta = inf, :math:`A x/|B^\top x|`, independent of rho.
 
 A solver picks one at construction (:func:`choose_operator` checks the choice) and calls
-:meth:`VelocityOperator.flux` in every right-hand side.
+:meth:`VelocityOperator.flux` in every right-hand side. The field can also be wanted at other
+points than the nodes (``targets``: the edge points of a finite-volume mesh, whose density
+lives at the cells).
 """
 from __future__ import annotations
 
@@ -58,6 +60,10 @@ class VelocityOperator:
     weights : (...) quadrature weights a_i of the nodes (same leading shape)
     frame : sequence of (..., d) unit tangent vectors at the nodes, the components in which
         :meth:`flux` returns the flux (S^2: e_theta, e_phi; S^1: e_theta)
+    targets : (..., d), optional
+        Where :meth:`attention` and :meth:`velocity` evaluate the field (default: the nodes).
+        A finite-volume solver wants it at the edge quadrature points of its mesh while the
+        density lives at the cells; :meth:`partition` and :meth:`energy` stay at the nodes.
 
     A subclass provides :meth:`attention` and :meth:`partition`; :meth:`flux`, :meth:`velocity`
     and :meth:`energy` follow. Both methods take ``rho`` (values at the nodes, shape (...)) and
@@ -69,15 +75,18 @@ class VelocityOperator:
     name = "abstract"
     #: Whether :meth:`attention` reads ``rho`` (grid values); False: only the coefficients
     needs_values = True
+    #: Whether the field is the same for every density (beta = inf), so a caller may keep it
+    constant = False
 
-    def __init__(self, model, points, weights, frame=()):
+    def __init__(self, model, points, weights, frame=(), targets=None):
         self.model = model
         self.points = np.asarray(points, dtype=np.float64)
         self.weights = np.asarray(weights, dtype=np.float64)
         self.frame = tuple(frame)
+        self.targets = self.points if targets is None else np.asarray(targets, dtype=np.float64)
 
     def attention(self, rho, coefficients=None):
-        """Attention output before P_x at the nodes, (..., d), and the scaled partition
+        """Attention output before P_x at the targets, (..., d), and the scaled partition
         (or None where the operator does not form it)."""
         raise NotImplementedError
 
@@ -86,9 +95,9 @@ class VelocityOperator:
         raise NotImplementedError
 
     def velocity(self, rho, coefficients=None):
-        """The tangent field X[rho] at the nodes, (..., d)."""
+        """The tangent field X[rho] at the targets, (..., d)."""
         att, _ = self.attention(rho, coefficients)
-        x = self.points
+        x = self.targets
         return att - np.sum(att * x, axis=-1, keepdims=True) * x
 
     def flux(self, rho, coefficients=None):
@@ -214,11 +223,12 @@ class DirectQuadrature(VelocityOperator):
 
     name = "direct"
 
-    def __init__(self, model, points, weights, frame=(), kernel: str = "auto"):
-        super().__init__(model, points, weights, frame)
+    def __init__(self, model, points, weights, frame=(), kernel: str = "auto", targets=None):
+        super().__init__(model, points, weights, frame, targets)
         d = self.points.shape[-1]
         self._flat = self.points.reshape(-1, d)
         self._wflat = self.weights.reshape(-1)
+        self._queries = self.targets.reshape(-1, d)
         self._keys = self._flat @ model.B.T
         self._values = self._flat @ model.V.T
         self.kernel = kernel
@@ -226,7 +236,7 @@ class DirectQuadrature(VelocityOperator):
     def attention(self, rho, coefficients=None):
         m = self.model
         w = self._wflat * np.reshape(rho, -1)
-        x, keys, values, k = self._flat, self._keys, self._values, self.kernel
+        x, keys, values, k = self._queries, self._keys, self._values, self.kernel
         if np.all(w >= 0):
             att = kernel_attention(x, keys, values, w, m.beta, m.normalized, kernel=k)
         else:
@@ -235,7 +245,7 @@ class DirectQuadrature(VelocityOperator):
             acc = kernel_attention(x, keys, aug, pos, m.beta, False, kernel=k)
             acc = acc - kernel_attention(x, keys, aug, neg, m.beta, False, kernel=k)
             att = acc[:, :-1] / acc[:, -1:] if m.normalized else acc[:, :-1]
-        return att.reshape(self.points.shape), None
+        return att.reshape(self.targets.shape), None
 
     def partition(self, rho, coefficients=None):
         # the largest logit on the sphere is beta ||B||_2: a global shift that overflows only
@@ -276,12 +286,13 @@ class ZeroTemperature(VelocityOperator):
 
     name = "zero_temperature"
     needs_values = False
+    constant = True
 
-    def __init__(self, model, points, weights, frame=()):
-        super().__init__(model, points, weights, frame)
-        d = self.points.shape[-1]
-        self._att = zero_temperature_attention(self.points.reshape(-1, d), model.A,
-                                               model.B).reshape(self.points.shape)
+    def __init__(self, model, points, weights, frame=(), targets=None):
+        super().__init__(model, points, weights, frame, targets)
+        d = self.targets.shape[-1]
+        self._att = zero_temperature_attention(self.targets.reshape(-1, d), model.A,
+                                               model.B).reshape(self.targets.shape)
 
     def attention(self, rho, coefficients=None):
         return self._att, None

@@ -21,6 +21,7 @@ __all__ = [
     "tangent_projection",
     "retract",
     "random_rotation",
+    "rotation_about_axis",
     "rotation_to_pole",
     "rotation_axis_frame",
     "check_rotation",
@@ -109,6 +110,20 @@ def random_rotation(d: int, seed=None) -> np.ndarray:
     if np.linalg.det(q) < 0:
         q[:, 0] = -q[:, 0]
     return q
+
+
+def rotation_about_axis(axis, angle: float) -> np.ndarray:
+    r"""The rotation (3, 3) by ``angle`` (radians, counter-clockwise seen from the tip of
+    ``axis``) about ``axis`` (3,), any non-zero length: Rodrigues' formula
+    :math:`R = I + \sin\theta\, K + (1 - \cos\theta) K^2` with K the cross-product matrix
+    of the unit axis."""
+    k = np.asarray(axis, dtype=np.float64)
+    if k.shape != (3,) or not np.all(np.isfinite(k)) or not np.any(k):
+        raise ValueError(f"axis must be a finite non-zero vector of shape (3,); got {axis!r}")
+    k = k / np.abs(k).max()  # first by the largest entry: no overflow for entries near 1e308
+    k = k / np.linalg.norm(k)
+    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + math.sin(angle) * K + (1.0 - math.cos(angle)) * (K @ K)
 
 
 class GaussGrid:
