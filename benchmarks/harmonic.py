@@ -8,8 +8,9 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
 1. ``--ratio``: one right-hand side (the velocities of all N tokens) at N = 2^18, beta = 256:
    harmonic vs numba. numba is timed on a subset of queries against all N keys and scaled
    by N / subset (its cost is exactly proportional to the number of queries).
-2. ``--big``: one right-hand side at N = 10^6, beta = 1000, in a fresh subprocess whose peak
-   resident memory (VmHWM) is reported.
+2. ``--big``: one right-hand side at N = 10^6, beta = 1000 (median of 5), in a fresh
+   subprocess whose peak resident memory (VmHWM) is reported, with the fused numba kernel's
+   time for the same right-hand side (from 1024 queries, scaled) as the reference.
 3. ``--crossover``: per beta, the N above which the harmonic right-hand side beats numba.
 4. ``--full-run``: the default scenario at beta = 1000 with N tokens (default 10^6) to
    t = 14 with ``ParticleSolver(model, kernel="harmonic")``: wall time, steps, and the share of
@@ -82,7 +83,7 @@ def ratio(n=1 << 18, beta=256.0, subset=4096, repeat=3):
 
 
 _BIG = r"""
-import json, sys, time, numpy as np
+import json, os, sys, time, numpy as np
 sys.path.insert(0, {root!r})
 from spherepde.app.config import DEFAULT
 from spherepde.app.scenario import build_initial, build_model
@@ -99,21 +100,39 @@ for _ in range({repeat}):
     v = tangent_projection(x, field.attention_of_points(x, x, w))
     times.append(time.perf_counter() - t)
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
-print(json.dumps(dict(seconds=min(times), all_seconds=times, vm_hwm_mb=int(hwm) / 1024,
-                      degree=field.degree, fallback=field.stats["fallback"])))
+# the reference in the same process: the fused numba kernel on {subset} queries against all
+# N keys, scaled to N queries (its cost is proportional to the queries), right after the
+# harmonic runs so that both see about the same machine load
+from spherepde.interaction.fused import attention_numba
+keys, values = x @ model.B.T, x @ model.V.T
+attention_numba(x[:64], keys, values, w, model.beta, model.normalized)
+ref = []
+for _ in range({repeat_ref}):
+    t = time.perf_counter()
+    attention_numba(x[:{subset}], keys, values, w, model.beta, model.normalized)
+    ref.append((time.perf_counter() - t) * {n} / {subset})
+print(json.dumps(dict(seconds=float(np.median(times)), all_seconds=times,
+                      vm_hwm_mb=int(hwm) / 1024, degree=field.degree,
+                      fallback=field.stats["fallback"], numba_seconds=float(np.median(ref)),
+                      numba_all_seconds=ref, load_average=os.getloadavg())))
 """
 
 
-def big(n=10**6, beta=1000.0, repeat=3):
+def big(n=10**6, beta=1000.0, repeat=5, subset=1024, repeat_ref=3):
+    """One right-hand side at N = n (median of `repeat`), its peak memory, and the fused
+    kernel's time for the same right-hand side as the reference (from `subset` queries)."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    code = _BIG.format(root=root, beta=beta, n=n, repeat=repeat)
+    code = _BIG.format(root=root, beta=beta, n=n, repeat=repeat, subset=subset,
+                       repeat_ref=repeat_ref)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     out = json.loads(res.stdout.strip().splitlines()[-1])
     out.update(n=n, beta=beta)
     print(f"[big] N = {n}, beta = {beta:g}, L = {out['degree']}: one right-hand side "
-          f"{out['seconds']:.2f} s (best of {repeat}: {np.round(out['all_seconds'], 2)}), "
-          f"peak RSS {out['vm_hwm_mb']:.0f} MB, fallback queries {out['fallback']}")
+          f"{out['seconds']:.2f} s (median of {repeat}: {np.round(out['all_seconds'], 2)}), "
+          f"peak RSS {out['vm_hwm_mb']:.0f} MB, fallback queries {out['fallback']}; numba "
+          f"{out['numba_seconds']:.0f} s (from {subset} queries, scaled): "
+          f"{out['numba_seconds'] / out['seconds']:.0f}x; load average {out['load_average']}")
     return out
 
 
@@ -150,6 +169,7 @@ def crossover(betas=(16.0, 64.0, 256.0, 1000.0), sizes=tuple(1 << k for k in ran
 
 
 def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
+    """The default scenario at beta with n tokens to t_end (15 output times)."""
     import spherepde as sp
     from spherepde.interaction.harmonic import field_for
 
@@ -159,17 +179,20 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
     print(f"[full-run] {solver!r}, N = {n}", flush=True)
     field = field_for(model.B, model.V, model.beta, model.normalized)
     t0 = time.time()
-    last = [0, 0]
+    last = [0, 0, 0]
     log = []
 
     def callback(i, t, x):
         q = field.stats["queries"] - last[0]
         fb = field.stats["fallback"] - last[1]
-        last[:] = [field.stats["queries"], field.stats["fallback"]]
-        row = dict(t=float(t), wall_s=time.time() - t0, rhs=q // n, fallback_share=fb / max(q, 1))
+        atoms = field.stats["cap_atoms"] - last[2]
+        last[:] = [field.stats["queries"], field.stats["fallback"], field.stats["cap_atoms"]]
+        row = dict(t=float(t), wall_s=time.time() - t0, rhs=q // n, fallback_share=fb / max(q, 1),
+                   cap_atoms_per_fallback=atoms / max(fb, 1))
         log.append(row)
         print(f"[full-run] t = {t:5.2f}  wall {row['wall_s']:8.1f} s  right-hand sides "
-              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}", flush=True)
+              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}  atoms per fallback "
+              f"query {row['cap_atoms_per_fallback']:.0f} (of N = {n})", flush=True)
 
     steps = [0]
 
@@ -177,7 +200,8 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
         steps[0] += 1
         if steps[0] % 5 == 0:
             print(f"[full-run]   step {steps[0]:5d}  t = {t:.4f}  wall {time.time() - t0:8.1f} s  "
-                  f"queries {field.stats['queries']}  fallback {field.stats['fallback']}",
+                  f"queries {field.stats['queries']}  fallback {field.stats['fallback']}  "
+                  f"cap atoms {field.stats['cap_atoms']}",
                   flush=True)
 
     traj = solver.solve(x0, np.linspace(0.0, t_end, n_times), callback=callback,

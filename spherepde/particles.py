@@ -191,6 +191,14 @@ class ParticleSolver:
         problems, the fused numba kernel from N·N >= 2^20, the harmonic kernel on S^1/S^2
         where it is faster; resolved once per ``solve`` from N), "numpy", "numba", "torch",
         "harmonic" (its degree L is ``harmonic_degree`` and shown in the repr), ...
+    harmonic_tol : float, optional
+        Truncation tolerance of the harmonic kernel (default
+        :data:`spherepde.interaction.harmonic.DEFAULT_TOL` = 1e-12): L is the smallest degree
+        whose multiplier tail is below tol times the mean of the kernel, and the SA velocity
+        is then accurate to about 100 tol relative to :math:`\|V\|_2`
+        (:class:`spherepde.interaction.harmonic.HarmonicField`). A larger tol means a smaller
+        L, fewer fallback queries and smaller caps. Only for ``kernel="harmonic"`` or
+        ``"auto"`` (where "auto" picks harmonic).
     dt_max : float, optional
         Upper bound on adaptive steps.
     method, backend : str, deprecated
@@ -208,8 +216,8 @@ class ParticleSolver:
 
     def __init__(self, model: Model, scheme: str = "dopri5", dt: float | None = None,
                  rtol: float | None = None, atol: float | None = None, kernel: str = "auto",
-                 dt_max: float | None = None, *, method: str | None = None,
-                 backend: str | None = None):
+                 dt_max: float | None = None, *, harmonic_tol: float | None = None,
+                 method: str | None = None, backend: str | None = None):
         if not isinstance(model, Model):
             raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
         scheme = renamed_keyword("scheme", scheme, "method", method, "dopri5")
@@ -227,19 +235,28 @@ class ParticleSolver:
         if (rtol is not None or atol is not None) and not self.tableau.adaptive:
             raise ValueError(f"rtol/atol only apply to an adaptive scheme; {scheme!r} uses the "
                              "fixed step dt")
+        if harmonic_tol is not None and kernel not in ("harmonic", "auto"):
+            raise ValueError(f"harmonic_tol applies to kernel='harmonic' (or 'auto'); this "
+                             f"solver uses kernel={kernel!r}: drop harmonic_tol or change kernel")
+        self.harmonic_tol = harmonic_tol
         self.kernel = kernel
         self._kernel_used = kernel  # "auto" is resolved once per solve, from N
         self.harmonic_degree = None
+        self._field = None
         self._note_kernel(kernel)
 
     def _note_kernel(self, kernel):
-        """Record the kernel a run uses; for "harmonic", the degree L its field needs."""
+        """Record the kernel a run uses; for "harmonic", its field (degree L from
+        harmonic_tol), which then computes the attention."""
         self._kernel_used = kernel
+        self._field = None
         if kernel == "harmonic" and not self.model.zero_temperature:
-            from .interaction.harmonic import field_for
+            from .interaction.harmonic import DEFAULT_TOL, field_for
 
             m = self.model
-            self.harmonic_degree = field_for(m.B, m.V, m.beta, m.normalized).degree
+            tol = DEFAULT_TOL if self.harmonic_tol is None else self.harmonic_tol
+            self._field = field_for(m.B, m.V, m.beta, m.normalized, tol)
+            self.harmonic_degree = self._field.degree
 
     def _step_hint(self) -> str:
         """What to change when the adaptive step collapses."""
@@ -256,6 +273,8 @@ class ParticleSolver:
     # ------------------------------------------------------------------ the field
     def attention(self, x, weights) -> np.ndarray:
         """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d)."""
+        if self._field is not None:
+            return self._field.attention_of_points(x, x, weights)
         return self.model.attention(x, x, weights, kernel=self._kernel_used)
 
     def velocity(self, x, weights) -> np.ndarray:
@@ -430,7 +449,7 @@ class ParticleSolver:
         adaptive = self.tableau.adaptive
         out = {"scheme": self.scheme, "rtol": self.rtol if adaptive else None,
                "atol": self.atol if adaptive else None, "dt": self.dt, "dt_max": self.dt_max,
-               "kernel": self.kernel}
+               "kernel": self.kernel, "harmonic_tol": self.harmonic_tol}
         return {k: v for k, v in out.items() if v is not None}
 
     def __repr__(self) -> str:
@@ -441,4 +460,6 @@ class ParticleSolver:
             kernel += f" (last run: {self._kernel_used!r})"
         if self.harmonic_degree is not None and self._kernel_used == "harmonic":
             kernel += f", L={self.harmonic_degree}"
+            if self.harmonic_tol is not None:
+                kernel += f", harmonic_tol={self.harmonic_tol:g}"
         return f"ParticleSolver({self.model!r}, scheme={self.scheme!r}, {step}, {kernel})"

@@ -239,3 +239,28 @@ def test_fourier_state_through_the_harmonic_field():
         out = field.attention(x, field.moments_of_coefficients(rho))
         # both are exact sums of the same truncated series: round-off
         assert np.abs(out - ref).max() <= 1e-12 * np.abs(ref).max()
+
+
+def test_particle_solver_harmonic_tol():
+    """ParticleSolver(kernel="harmonic", harmonic_tol=tol) truncates at the field's degree for
+    that tol, and its SA velocity is within 100 tol |V|_2 of the direct kernel's (the
+    module's error model, as at the default tol)."""
+    import spherepde as sp
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+
+    model = build_model(DEFAULT, 256.0)
+    x = build_initial(DEFAULT).sample(2000, seed=3)
+    w = np.full(2000, 1.0 / 2000)
+    v_ref = sp.ParticleSolver(model, kernel="numba").velocity(x, w)
+    default = sp.ParticleSolver(model, kernel="harmonic").harmonic_degree
+    for tol in (1e-6, 1e-9):
+        solver = sp.ParticleSolver(model, kernel="harmonic", harmonic_tol=tol)
+        assert solver.harmonic_degree == HarmonicField(model.B, model.V, 256.0, tol=tol).degree
+        assert solver.harmonic_degree < default and f"harmonic_tol={tol:g}" in repr(solver)
+        err = np.abs(solver.velocity(x, w) - v_ref).max()
+        assert err <= 100 * tol * np.linalg.norm(model.V, 2)
+    with pytest.raises(ValueError, match="harmonic_tol applies to kernel='harmonic'"):
+        sp.ParticleSolver(model, kernel="numba", harmonic_tol=1e-6)
+    with pytest.raises(ValueError, match="tol must lie in"):
+        sp.ParticleSolver(model, kernel="harmonic", harmonic_tol=1e-20)

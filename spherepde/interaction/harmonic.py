@@ -62,9 +62,11 @@ measure seen by the kernel at x is at least as dense as the uniform one, and gro
 :math:`\bar G/G(x)` where it is thinner. At low temperature a query can look into a region
 that holds exponentially little mass (:math:`G(x)/\bar G \sim e^{-\kappa\delta^2/2}` at distance
 δ from the support): no double-precision harmonic expansion resolves that. Every evaluation
-therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points` computes
-the queries whose bound exceeds ``FALLBACK_FACTOR * tol`` by the direct fused kernel
-(exact; their number is kept in ``HarmonicField.stats``).
+therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points` sums
+the queries whose bound exceeds ``FALLBACK_FACTOR * tol`` exactly over the cap that carries
+their kernel (:mod:`spherepde.interaction.caps`: the atoms left out weigh at most tol/2 of
+the normalizer, a priori, so the SA output is off by at most :math:`\|V\|_2\,\mathrm{tol}`);
+their number and the atoms summed for them are kept in ``HarmonicField.stats``.
 
 Cell averages (for a finite-volume solver)
 ------------------------------------------
@@ -98,6 +100,9 @@ __all__ = ["HarmonicField", "Moments", "attention_harmonic", "field_for", "harmo
 DEFAULT_TOL = 1e-12
 #: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
 FALLBACK_FACTOR = 100.0
+#: Up to this many fallback queries are summed over all atoms by the direct kernel (at
+#: N = 10^6 each costs ~1 ms; sorting the atoms for the cap sums costs ~0.3 s).
+DIRECT_FALLBACK_MAX = 64
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
 #: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
@@ -253,8 +258,8 @@ class HarmonicField:
     error_level : float
         E(L) plus the Chebyshev truncation, per unit mass, in the units of the scaled G.
     stats : dict
-        ``queries`` and ``fallback`` (queries computed directly) of
-        :meth:`attention_of_points`, cumulative.
+        ``queries``, ``fallback`` (queries summed directly) and ``cap_atoms`` (atoms
+        summed for them) of :meth:`attention_of_points`, cumulative.
 
     Examples
     --------
@@ -306,7 +311,7 @@ class HarmonicField:
             self._l, self._m = lm_arrays(self.degree)
             self._sqrt_llp1 = np.sqrt(self._l * (self._l + 1.0))
         self.error_level = self._error_level()
-        self.stats = {"queries": 0, "fallback": 0}
+        self.stats = {"queries": 0, "fallback": 0, "cap_atoms": 0}
 
     @classmethod
     def from_model(cls, model, **kw) -> "HarmonicField":
@@ -698,24 +703,53 @@ class HarmonicField:
         return att - np.sum(att * x, axis=-1, keepdims=True) * x
 
     def attention_of_points(self, x, points, weights=None) -> np.ndarray:
-        """Attention output at x (m, d) of the measure sum_j w_j delta_{points_j}; queries
-        whose error bound exceeds ``FALLBACK_FACTOR * tol`` are computed by the direct fused
-        kernel (exact). Weights must be non-negative (as for every kernel)."""
+        r"""Attention output at x (m, d) of the measure :math:`\sum_j w_j\delta_{y_j}`.
+
+        Queries whose error bound exceeds ``FALLBACK_FACTOR * tol`` are summed exactly over
+        the cap that carries their kernel (:class:`spherepde.interaction.caps.CapSums`: the
+        atoms left out add up to at most tol/2 of the normalizer, so the output is off by at
+        most :math:`\|V\|_2\,\mathrm{tol}`, relative to the query's own scale for USA); a
+        few of them (at most :data:`DIRECT_FALLBACK_MAX`) are summed over all atoms by the
+        direct fused kernel instead, which is cheaper than sorting the atoms. Weights must
+        be non-negative (as for every kernel). ``stats`` counts the ``queries``, the
+        ``fallback`` queries and the ``cap_atoms`` summed for them.
+        """
         x = np.asarray(x, dtype=np.float64)
         points = np.asarray(points, dtype=np.float64)
         mom = self.moments(points, weights)
         att, bound = self.attention(x, mom, return_bound=True)
-        bad = ~(bound <= FALLBACK_FACTOR * self.tol)
+        bad = np.nonzero(~(bound <= FALLBACK_FACTOR * self.tol))[0]
         self.stats["queries"] += int(x.shape[0])
-        nbad = int(np.count_nonzero(bad))
-        if nbad:
+        if bad.size == 0:
+            return att
+        self.stats["fallback"] += int(bad.size)
+        w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
+             else np.asarray(weights, dtype=np.float64))
+        if bad.size <= DIRECT_FALLBACK_MAX:
             from .fused import attention_numba
 
-            self.stats["fallback"] += nbad
-            w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
-                 else np.asarray(weights, dtype=np.float64))
+            self.stats["cap_atoms"] += int(bad.size) * points.shape[0]
             att[bad] = attention_numba(x[bad], points @ self.B.T, points @ self.V.T, w,
                                        self.beta, self.normalized)
+            return att
+        from .caps import CapSums
+
+        xb = np.ascontiguousarray(x[bad])
+        nx = np.empty_like(xb)
+        kappa = np.empty(bad.size)
+        _directions(xb, self.B, self.beta, nx, kappa)
+        s, a, shift, count = CapSums(points, w).sums(nx, kappa, self.tol)
+        self.stats["cap_atoms"] += int(count.sum())
+        if self.normalized:
+            att[bad] = (a / s[:, None]) @ self.V.T
+        else:
+            top = float(np.max(shift + np.log(s)))
+            if top > LOG_FLOAT_MAX:
+                raise usa_overflow_error(top, self.beta)
+            out = np.empty_like(a)
+            # e^shift V a, with e^shift in two factors as in _output
+            _output(a, self.V, s, shift, False, out)
+            att[bad] = out
         return att
 
     def __repr__(self) -> str:
