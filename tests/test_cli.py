@@ -59,7 +59,7 @@ def test_run_writes_results_figures_and_summary(small_run):
 def test_rerun_resumes_from_finished_runs(small_run, capsys):
     out = small_run / "out"
     saved = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
-    assert len(saved) == 4
+    assert len(saved) == 3 * 2 * 2  # three solvers, two betas, fine and coarse
     assert main(["run", str(small_run / "small.toml"), "--out", str(out), "--quiet"]) == 0
     again = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
     assert again == saved  # nothing recomputed
@@ -76,7 +76,7 @@ def test_invalid_config_names_the_key(tmp_path, capsys):
 def test_particles_only_run_says_the_spectral_solver_was_off(tmp_path):
     cfg = tmp_path / "p.toml"
     cfg.write_text('[run]\nbetas = ["inf"]\nt_end = 1.0\nn_times = 3\n[particles]\nn = 100\n'
-                   '[spectral]\nenabled = false\n')
+                   '[spectral]\nenabled = false\n[finite_volume]\nenabled = false\n')
     assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
     summary = (tmp_path / "o" / "summary.md").read_text()
     assert "spectral solver was not run: disabled" in summary
@@ -89,7 +89,8 @@ def test_results_nc_holds_the_runs_and_round_trips(small_run, tmp_path):
     ds = io.open_dataset(small_run / "out" / "results.nc")
     for path in (small_run / "out" / "runs").glob("*.npz"):
         run = Run.load(path)
-        cell = ds["w2"].sel(solver=run.solver, beta=run.beta).sel(time=run.times)
+        var = "w2_coarse" if run.coarse else "w2"
+        cell = ds[var].sel(solver=run.solver, beta=run.beta).sel(time=run.times)
         assert np.array_equal(cell.values, run.w2), path.name
     # tokens and densities at the same times (the figures compare them panel by panel)
     dens_t = np.isfinite(ds["density"].sel(beta=4.0).values).any(axis=(1, 2))

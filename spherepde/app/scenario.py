@@ -644,7 +644,7 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
                   "agree when their distance is within the larger of the two errors.", "",
                   "| beta | a | b | max \\|W2_a − W2_b\\| | until t | error of a | error of b | "
                   "agree |", "|---|---|---|---|---|---|---|---|", *diffs]
-    elif spectral_note:
+    if spectral_note:
         lines += ["", f"The spectral solver was not run: {spectral_note}."]
     figs = ", ".join(FIGURE_NAMES) + ", " if figures else ""
     lines += ["", f"Files: results.nc (every result, NetCDF; see docs/sweeps.md), scenario.json, "
