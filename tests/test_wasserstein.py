@@ -404,3 +404,43 @@ def test_w2_to_limit_circle_bounds():
     assert np.all(curve.lower - 1e-12 <= exact) and np.all(exact <= curve.upper + 1e-12)
     assert np.all(curve.upper <= curve.bound + 1e-15)
     assert np.all(np.diff(exact) < 0)  # tokens approach the circle (Oja flow)
+
+
+# ---------------------------------------------------------------------- exact searches
+SEARCH_CASES = {
+    "sphere-d3": (3, False), "ball-d3": (3, True), "sphere-d8": (8, False), "circle": (3, None),
+}
+
+
+@pytest.mark.parametrize("cost", W.COSTS)
+@pytest.mark.parametrize("case", sorted(SEARCH_CASES))
+def test_cone_tree_searches_are_exact(case, cost):
+    # The c-transform (min) and the kept pairs (threshold) against brute force over the full
+    # cost matrix. Points inside the ball stand for cluster barycentres (chordal only); points
+    # on a great circle exercise the split of queries onto the span. Exact costs of the found
+    # points are returned, so values agree to the round-off of one cost <= pi^2 computed two
+    # ways (from x - y and from <x, y>): a few 1e-15, 1e-13 with room.
+    from spherepde.wasserstein.search import ConeTree
+
+    d, ball = SEARCH_CASES[case]
+    if ball and cost == "geodesic":
+        pytest.skip("the geodesic cost is defined between unit vectors")
+    rng = np.random.default_rng(len(case))
+    x = normalize(rng.standard_normal((1500, d)))
+    if ball is None:
+        x[:, 2:] = 0.0
+        x = normalize(x)
+    elif ball:
+        x *= rng.uniform(0.8, 1.0, (len(x), 1))
+    y = normalize(rng.standard_normal((700, d)))
+    f = np.sin(3 * x[:, 0]) + x[:, 1] ** 2 + 0.05 * rng.standard_normal(len(x))
+    C = (W.cost_matrix(x, y, cost) if not ball else
+         np.einsum("ijd,ijd->ij", x[:, None] - y[None], x[:, None] - y[None]))
+    R = C - f[:, None]
+    val, arg = ConeTree(x).fit(f).cmin(y, cost)
+    assert np.max(np.abs(val - R.min(axis=0))) < 1e-13
+    assert np.max(np.abs(R[arg, np.arange(len(y))] - val)) < 1e-13
+    thr = R.min(axis=0) + 0.2
+    indptr, idx = ConeTree(x).fit(f).within(y, thr, cost)
+    for j in range(len(y)):
+        assert set(idx[indptr[j]:indptr[j + 1]]) == set(np.flatnonzero(R[:, j] <= thr[j]))
