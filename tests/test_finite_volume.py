@@ -3,9 +3,9 @@
 Reference numbers come from exact geometry (areas, first moments), closed forms (rotated
 initial data under solid-body rotation, exact.zero_temperature_density, exact.growth_rate),
 conservation laws, and the spectral solver where both are resolved. Orders are measured on
-three meshes and compared with the scheme's design order 2. The full test-case tables (Nair &
-Lauritzen 2010, Lauritzen et al. 2012, Williamson et al. 1992) are in
-benchmarks/finite_volume.py, whose runs are too long for the suite.
+three meshes and compared with the scheme's design order (at least 2). The full test-case
+tables (Nair & Lauritzen 2010, Lauritzen et al. 2012, Williamson et al. 1992) are
+validation/transport.py, whose runs are too long for the suite.
 """
 import math
 import warnings
