@@ -369,6 +369,8 @@ def test_bad_input_is_explained():
         FiniteVolumeSolver(model, 4, scheme="rk4")
     with pytest.raises(ValueError, match="unknown limiter"):
         FiniteVolumeSolver(model, 4, limiter="superbee")
+    with pytest.raises(ValueError, match="unknown reconstruction"):
+        FiniteVolumeSolver(model, 4, reconstruction="spline")
     with pytest.raises(ValueError, match="cfl must be"):
         FiniteVolumeSolver(model, 4, cfl=0.0)
     with pytest.raises(ValueError, match="works on S\\^2"):

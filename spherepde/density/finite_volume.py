@@ -73,7 +73,7 @@ from ..sphere.cubed_sphere import PANELS, CubedSphere
 from .base import DensitySolution, DensitySolver, check_mass, check_values, density_callable
 
 __all__ = ["FiniteVolumeSolver", "FiniteVolumeSolution", "FiniteVolumeScheme", "TransportSolver",
-           "EdgeVelocity", "CellHarmonic", "LIMITERS", "SSP_SCHEMES"]
+           "EdgeVelocity", "CellHarmonic", "LIMITERS", "RECONSTRUCTIONS", "SSP_SCHEMES"]
 
 #: Limiters by name -> kernel code. "barth_jespersen": edge values within the range of the
 #: cell and its four neighbours (monotone, positive); "positivity": only edge values >= 0
