@@ -25,12 +25,14 @@ place of T only widens C. The cost is the number of atoms in C: a band of width 
 measure that faces n, small when the kernel is sharp.
 
 The atoms are sorted once into bands of colatitude (S^2; one band on S^1) and by longitude
-inside each band. A query visits the bands that meet a cap and, in each, the longitudes of
-the cap's bounding box (two binary searches): its *cover*. It first finds
-:math:`\max_j\langle n, y_j\rangle` over the covers of caps of doubling radius (once the
-cover of a cap holds an atom of that cap, the best atom is among those visited), then T
-and the sums over the cover of C with the branch-free exponential of
-:mod:`spherepde.interaction.fused`. Atoms of a cover outside C add exact terms only.
+inside each band. A query first finds its nearest atom, :math:`\max_j\langle n, y_j\rangle`,
+by branch and bound: bands in order of colatitude distance, each scanned outward in
+longitude from n while an upper bound of :math:`\langle n, y\rangle` over the band at that
+longitude offset beats the best so far (only atoms about as near as the nearest are read).
+Its logit is a lower bound of T, which fixes C. The query then visits the bands that meet C
+and, in each, the longitudes of C's bounding box (two binary searches): C's *cover*, over
+which it takes T and the sums with the fused kernel's loop
+(:mod:`spherepde.interaction.fused`). Atoms of the cover outside C add exact terms only.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from numba import njit, prange
 
 from .fused import _REDUCE, _row3
 
-__all__ = ["CapSums"]
+__all__ = ["CapSums", "full_sums"]
 
 #: Slack in the exponent shift and in the cap's angles against round-off: it only adds
 #: atoms (exact terms) or rescales all terms by the same e^{-1e-9}.
@@ -129,11 +131,79 @@ def _cover_max(theta_n, phi_n, alpha, phi, start, d, ranges, y0, y1, y2, logw, n
     return top, logit
 
 
+@njit(cache=True)
+def _band_bound(ct, st, theta_a, theta_b, cos_d):
+    """max over colatitudes theta in [theta_a, theta_b] of <n, y(theta, phi_n + d)> =
+    cos(theta) cos(theta_n) + sin(theta) sin(theta_n) cos(d), for ct, st = cos, sin theta_n:
+    a sinusoid in theta, largest at an end or at its crest. Non-increasing in |d|."""
+    A, B = ct, st * cos_d
+    top = max(A * np.cos(theta_a) + B * np.sin(theta_a), A * np.cos(theta_b) + B * np.sin(theta_b))
+    crest = np.arctan2(B, A)
+    if theta_a <= crest <= theta_b:
+        top = np.sqrt(A * A + B * B)
+    return top
+
+
+@njit(cache=True)
+def _nearest(theta_n, phi_n, n0, n1, n2, phi, start, y0, y1, y2, logw):
+    """max_j <n, y_j> and log w of that atom, by branch and bound over the bands (nearest
+    colatitude first; a band is skipped once its colatitude distance to n exceeds the best
+    angle) and, in each band, outward in longitude from phi_n until :func:`_band_bound`
+    falls below the best: only atoms about as near as the nearest one are read."""
+    two_pi = 2.0 * np.pi
+    nb = start.shape[0] - 1
+    h = np.pi / nb
+    ct, st = np.cos(theta_n), np.sin(theta_n)
+    best, best_lw = -np.inf, 0.0
+    b_mid = min(nb - 1, int(theta_n / h))
+    lo_b, hi_b = b_mid, b_mid  # bands [lo_b, hi_b] done after the first pass
+    b = b_mid
+    while True:
+        first, last = start[b], start[b + 1]
+        cnt = last - first
+        if cnt > 0:
+            ta, tb = b * h, (b + 1) * h
+            p = _search(phi, first, last, phi_n)
+            for side in range(2):
+                for t in range(cnt):
+                    if side == 0:  # eastward from phi_n
+                        j = p + t
+                        if j >= last:
+                            j -= cnt
+                        dphi = phi[j] - phi_n
+                    else:  # westward
+                        j = p - 1 - t
+                        if j < first:
+                            j += cnt
+                        dphi = phi_n - phi[j]
+                    if dphi < 0.0:
+                        dphi += two_pi
+                    if dphi > np.pi:
+                        break  # the other side's scan covers it
+                    if _band_bound(ct, st, ta, tb, np.cos(dphi)) + _SLACK < best:
+                        break
+                    c = n0 * y0[j] + n1 * y1[j] + n2 * y2[j]
+                    if c > best:
+                        best, best_lw = c, logw[j]
+        # the next band: the nearer in colatitude of lo_b - 1 and hi_b + 1
+        d_lo = theta_n - lo_b * h if lo_b > 0 else np.inf
+        d_hi = (hi_b + 1) * h - theta_n if hi_b < nb - 1 else np.inf
+        dist = min(d_lo, d_hi)
+        if dist == np.inf or np.cos(min(np.pi, max(0.0, dist))) + _SLACK < best:
+            break
+        if d_lo <= d_hi:
+            lo_b -= 1
+            b = lo_b
+        else:
+            hi_b += 1
+            b = hi_b
+    return best, best_lw
+
+
 @njit(parallel=True, cache=True)
-def _cap_sums(nx, kappa, alpha0, log_rel, yT, logw, phi, start, d, s_out, a_out, shift_out,
-              count_out):
-    """Per query i (module docstring): find max_j <n_i, y_j> through covers of caps of
-    doubling radius from alpha0; then the cap C_i outside which the terms add up to at most
+def _cap_sums(nx, kappa, log_rel, yT, logw, phi, start, d, s_out, a_out, shift_out, count_out):
+    """Per query i (module docstring): find max_j <n_i, y_j> (:func:`_nearest`); then the
+    cap C_i outside which the terms add up to at most
     e^{log_rel} times the largest (log_rel = log(tol / (2 |w|))); then, over the cover of C_i,
     the largest logit T_i and the sums of e^{kappa_i <n_i, y_j> + log w_j - T_i} (1, y_j)."""
     two_pi = 2.0 * np.pi
@@ -148,17 +218,10 @@ def _cap_sums(nx, kappa, alpha0, log_rel, yT, logw, phi, start, d, s_out, a_out,
         if phi_n < 0:
             phi_n += two_pi
         theta_n = np.arccos(min(1.0, max(-1.0, n2))) if d == 3 else 0.5 * np.pi
-        # once the cover of a cap holds an atom of the cap, the best <n, y> is among the
-        # atoms visited (every other atom is outside the cap)
-        alpha = alpha0
-        while True:
-            top, logit = _cover_max(theta_n, phi_n, alpha, phi, start, d, ranges, y0, y1, y2,
-                                    logw, n0, n1, n2, k)
-            if top >= np.cos(alpha) or alpha >= np.pi:
-                break
-            alpha = min(np.pi, 2.0 * alpha)
+        top, lw = _nearest(theta_n, phi_n, n0, n1, n2, phi, start, y0, y1, y2, logw)
+        logit = k * top + lw  # a lower bound of the largest logit T
         # outside C = {k <n, y> >= logit + log_rel} the terms add up to at most tol/2 times
-        # the term e^logit of a visited atom (which is in C)
+        # the term e^logit of the nearest atom (which is in C)
         alpha_c = np.pi
         if k > 0:
             c = (logit + log_rel) / k
@@ -190,6 +253,54 @@ def _cap_sums(nx, kappa, alpha0, log_rel, yT, logw, phi, start, d, s_out, a_out,
         a_out[i, 1] = a1
         if d == 3:
             a_out[i, 2] = a2
+
+
+@njit(parallel=True, cache=True)
+def _all_sums(nx, kappa, yT, logw, s_out, a_out, shift_out):
+    """The full sums with the exact largest logit as the shift: one pass for the maximum,
+    one fused pass (terms below e^-708 of the largest are dropped, far below any tol)."""
+    y0, y1, y2 = yT[0], yT[1], yT[2]
+    n = y0.shape[0]
+    for i in prange(nx.shape[0]):
+        k = kappa[i]
+        n0, n1, n2 = nx[i, 0], nx[i, 1], nx[i, 2]
+        _, shift = _range_max(y0, y1, y2, logw, 0, n, n0, n1, n2, k)
+        shift += _SLACK
+        s, a0, a1, a2 = _row3(k * n0, k * n1, k * n2, y0, y1, y2, logw, y0, y1, y2, shift)
+        s_out[i] = s
+        shift_out[i] = shift
+        a_out[i, 0] = a0
+        a_out[i, 1] = a1
+        a_out[i, 2] = a2
+
+
+def full_sums(points, weights, n, kappa):
+    r"""The sums of :meth:`CapSums.sums` over all atoms, without sorting them: for a few
+    queries, cheaper than the sort (two passes over the atoms per query, the fused
+    kernel's fixed-shift loop with the exact largest logit as the shift).
+
+    Parameters
+    ----------
+    points : (N, d) unit vectors; weights : (N,) non-negative
+    n : (m, d) unit vectors; kappa : (m,) non-negative
+
+    Returns
+    -------
+    s : (m,), a : (m, d), shift : (m,) as in :meth:`CapSums.sums` (C = every atom)
+    """
+    y = np.asarray(points, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    d = y.shape[1]
+    m = n.shape[0]
+    yT = np.zeros((3, y.shape[0]))
+    yT[:d] = y.T
+    with np.errstate(divide="ignore"):
+        logw = np.log(w)  # weight 0 -> -inf: a term e^-inf = 0
+    nx = np.zeros((m, 3))
+    nx[:, :d] = n
+    s, a, shift = np.zeros(m), np.zeros((m, 3)), np.zeros(m)
+    _all_sums(nx, np.ascontiguousarray(kappa, dtype=np.float64), yT, logw, s, a, shift)
+    return s, a[:, :d], shift
 
 
 @njit(parallel=True, cache=True)
@@ -269,9 +380,6 @@ class CapSums:
         band = np.empty(n, dtype=np.int64)
         _gather(y, w, key, order, self._yT, self._phi, self._logw, band)
         self._start = np.searchsorted(band, np.arange(self.bands + 1)).astype(np.int64)
-        # first cap radius of the search for the best atom: a few mean spacings
-        self._alpha0 = 4.0 * (math.sqrt(4.0 * math.pi / max(n, 1)) if self.d == 3
-                              else 2.0 * math.pi / max(n, 1))
 
     @property
     def n(self) -> int:
@@ -310,6 +418,6 @@ class CapSums:
         count = np.zeros(m, dtype=np.int64)
         if m == 0 or self.n == 0:
             return s, a, shift, count
-        _cap_sums(n, kappa, self._alpha0, math.log(0.5 * tol / self.mass), self._yT,
+        _cap_sums(n, kappa, math.log(0.5 * tol / self.mass), self._yT,
                   self._logw, self._phi, self._start, self.d, s, a, shift, count)
         return s, a, shift, count

@@ -11,22 +11,23 @@ stage the kernel is kept only on the pairs with
           u' = u - \tfrac{\varepsilon}{2}\log a,\; v' = v - \tfrac{\varepsilon}{2}\log b,
 
 i.e. the entries of :math:`\pi_{ij} = e^{(u_i + v_j - c_{ij})/\varepsilon}` above
-:math:`e^{-\theta}\sqrt{a_i b_j}`. These pairs are found by one KD-tree range search in a
-lifted space where squared distance is :math:`c_{ij} - u'_i - v'_j` plus a constant (see
-:func:`~spherepde.wasserstein.costs.lifted`), so memory stays O((n + m) k) with k the
-number of kept neighbours (tens), instead of n·m. The log-domain Sinkhorn sweeps over that
-sparse support are numba loops, parallel over rows.
+:math:`e^{-\theta}\sqrt{a_i b_j}`. These pairs are found by a branch-and-bound range search
+(:class:`~spherepde.wasserstein.search.ConeTree`: a ball tree with a linear model of the
+potential in each node), so memory stays O((n + m) k) with k the number of kept neighbours
+(tens), instead of n·m. The log-domain Sinkhorn sweeps over that sparse support are numba
+loops, parallel over rows. At the final levels the bracket itself is the stopping test.
 
 Certification does not trust any of this: the bracket is computed on the original measures.
 
 * Upper bound: the approximate plan is rounded onto the exact marginals (Altschuler, Weed &
-  Rigollet 2017, Alg. 2: scale rows down, columns down, add the product of the residual
-  marginals). If a side was stopped at a coarse level, the plan between clusters is composed
+  Rigollet 2017, Alg. 2: scale rows down, columns down, then couple the residual marginals:
+  exactly when small, else along a space-filling order or by their product, whichever costs
+  less). If a side was stopped at a coarse level, the plan between clusters is composed
   with the split of each cluster among its points; for the chordal cost that composed plan's
   cost is exact from the barycentres, :math:`\sum \pi_{kl} (2 - 2\langle \bar x_k,
   \bar y_l\rangle)`, so it is the cost of a feasible coupling of the original clouds.
-* Lower bound: a potential on the original points is c-transformed exactly twice (lifted
-  KD-tree nearest neighbour, :func:`~spherepde.wasserstein.costs.c_transform`); the pair
+* Lower bound: a potential on the original points is c-transformed exactly twice
+  (branch-and-bound search, :func:`~spherepde.wasserstein.costs.c_transform`); the pair
   :math:`(f^{cc}, f^{c})` is dual-feasible, so :math:`\langle a, f^{cc}\rangle +
   \langle b, f^c\rangle \le W_2^2` (weak duality).
 
@@ -47,7 +48,8 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
-from .costs import c_transform, cost_diameter, geodesic_from_chordal, lifted
+from .costs import c_transform, cost_diameter, geodesic_from_chordal
+from .search import ConeTree
 
 __all__ = ["Level", "hierarchy", "w2_multiscale"]
 
@@ -73,10 +75,19 @@ class Level:
     offset: np.ndarray
     full: bool
     spacing2: float = 0.0  # median squared distance to the nearest other cluster
+    labels: np.ndarray = None  # cluster of each point of the full level (None when full)
+    _tree: object = None
 
     @property
     def n(self):
         return len(self.weights)
+
+    @property
+    def tree(self):
+        """The :class:`~.search.ConeTree` over the points (built once, on first use)."""
+        if self._tree is None:
+            self._tree = ConeTree(self.points)
+        return self._tree
 
 
 def _spacing2(points):
@@ -106,6 +117,7 @@ def hierarchy(x, a, cost="chordal", coarsest=COARSEST, refine=REFINE, seed=0):
     n = len(a)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n)
+    full, full_order = _level(x, a, np.zeros(n), True)
     levels = []
     K = coarsest
     while 2 * K <= n:
@@ -124,18 +136,23 @@ def hierarchy(x, a, cost="chordal", coarsest=COARSEST, refine=REFINE, seed=0):
         else:
             bary = bary / np.linalg.norm(bary, axis=1, keepdims=True)
             off = np.zeros(len(bary))
-        levels.append(_level(bary, W[keep], off, False))
+        L, order = _level(bary, W[keep], off, False)
+        # Cluster of each point of the full level, as an index into this level's order.
+        inv = np.empty(len(order), np.int64)
+        inv[order] = np.arange(len(order))
+        L.labels = inv[lab[full_order]]
+        levels.append(L)
         K *= refine
-    levels.append(_level(x, a, np.zeros(n), True))
+    levels.append(full)
     return levels
 
 
 def _level(points, weights, offset, full):
-    # kd-tree leaf order is a spatial sort: neighbours in space become neighbours in memory,
-    # which is what keeps the sparse sweeps cache-friendly.
+    """A Level in kd-tree leaf order (a spatial sort: neighbours in space become neighbours
+    in memory, which keeps the sparse sweeps cache-friendly), and that order."""
     order = cKDTree(points, leafsize=8).indices
     return Level(np.ascontiguousarray(points[order]), weights[order], offset[order], full,
-                 _spacing2(points))
+                 _spacing2(points)), order
 
 
 def quantization_error(level):
@@ -164,7 +181,7 @@ def _pair_costs(rows, cols, P, Q, op, oq, geodesic):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(parallel=True, cache=True)
 def _softmin(indptr, idx, cost, other, logw, eps, pot, omega):
     """pot_k <- eps log w_k - eps LSE_l((other_l - c_kl)/eps) over the sparse row k, relaxed:
     pot <- (1 - omega) pot + omega (that update).
@@ -177,7 +194,7 @@ def _softmin(indptr, idx, cost, other, logw, eps, pot, omega):
     """
     n = indptr.size - 1
     err = 0.0
-    for k in range(n):
+    for k in nb.prange(n):
         lo, hi = indptr[k], indptr[k + 1]
         old = pot[k]
         s = 0.0
@@ -212,22 +229,36 @@ def _plan_rows(indptr, idx, cost, u, v, eps):
     return out
 
 
+@nb.njit(parallel=True, cache=True)
+def _best_partner(indptr, idx, cost, pot):
+    """Per row k of a sparse support, the column l minimizing c_kl - pot_l (-1 if empty)."""
+    n = indptr.size - 1
+    out = np.full(n, -1, np.int64)
+    for k in nb.prange(n):
+        best = np.inf
+        for p in range(indptr[k], indptr[k + 1]):
+            v = cost[p] - pot[idx[p]]
+            if v < best:
+                best = v
+                out[k] = idx[p]
+    return out
+
+
 # ---------------------------------------------------------------------------------- support
 class _Support:
-    """Sparse pairs (i, j) with their costs, in row (CSR) and column (CSC) order."""
+    """Sparse pairs (i, j) with their costs, in row (CSR) and column (CSC) order; built from
+    pairs sorted by column."""
 
     def __init__(self, rows, cols, X, Y, geodesic):
         nx, ny = X.n, Y.n
-        order = np.lexsort((cols, rows))
-        rows, cols = rows[order], cols[order]
-        self.rows = rows
-        self.cols = cols
-        self.indptr = np.searchsorted(rows, np.arange(nx + 1)).astype(np.int64)
-        self.cost = _pair_costs(rows, cols, X.points, Y.points, X.offset, Y.offset, geodesic)
-        t_order = np.argsort(cols, kind="stable")
-        self.t_idx = rows[t_order]
-        self.t_cost = self.cost[t_order]
-        self.t_indptr = np.searchsorted(cols[t_order], np.arange(ny + 1)).astype(np.int64)
+        self.t_idx = rows
+        self.t_cost = _pair_costs(rows, cols, X.points, Y.points, X.offset, Y.offset, geodesic)
+        self.t_indptr = np.searchsorted(cols, np.arange(ny + 1)).astype(np.int64)
+        order = np.argsort(rows, kind="stable")
+        self.rows = rows[order]
+        self.cols = cols[order]
+        self.cost = self.t_cost[order]
+        self.indptr = np.searchsorted(self.rows, np.arange(nx + 1)).astype(np.int64)
 
     @property
     def nnz(self):
@@ -235,50 +266,39 @@ class _Support:
 
 
 def _support(X, Y, u, v, eps, theta, geodesic):
-    """Pairs with c - u' - v' <= theta eps (superset for the geodesic cost, then filtered),
-    plus, for every row and column left empty, its best partner."""
+    """Pairs with c - u' - v' <= theta eps, plus, for every row and column left empty, its
+    best partner (the argmin of its c-transform)."""
     up = u - 0.5 * eps * np.log(X.weights)
     vp = v - 0.5 * eps * np.log(Y.weights)
-    LX, Mx = lifted(X.points, up, X.offset)
-    LY, My = lifted(Y.points, vp, Y.offset)
-    d = X.points.shape[1]
-    PX = np.hstack([LX, np.zeros((X.n, 1))])
-    PY = np.hstack([LY[:, :d], np.zeros((Y.n, 1)), LY[:, d:]])
-    # The chordal cost bounds the geodesic one from below, so the chordal range search is a
-    # superset there; the exact test below keeps the right pairs.
-    r = np.sqrt(max(theta * eps + Mx + My, 0.0))
-    tx, ty = cKDTree(PX), cKDTree(PY)
-    pairs = tx.sparse_distance_matrix(ty, r, output_type="ndarray")
-    rows = pairs["i"].astype(np.int64)
-    cols = pairs["j"].astype(np.int64)
-    if geodesic:
-        c = _pair_costs(rows, cols, X.points, Y.points, X.offset, Y.offset, True)
-        keep = c - up[rows] - vp[cols] <= theta * eps
-        rows, cols = rows[keep], cols[keep]
-    # Rows / columns without a pair: add the c-transform's argmin (exact for chordal).
+    cost = "geodesic" if geodesic else "chordal"
+    tx = X.tree.fit(up - X.offset)
+    indptr, rows = tx.within(Y.points, theta * eps + vp - Y.offset, cost)
+    cols = np.repeat(np.arange(Y.n), np.diff(indptr))
+    ec = np.flatnonzero(np.diff(indptr) == 0)
+    extra_r, extra_c = [], []
+    if ec.size:
+        _, k = tx.cmin(Y.points[ec], cost)
+        extra_r.append(k)
+        extra_c.append(ec)
     er = np.flatnonzero(np.bincount(rows, minlength=X.n) == 0)
     if er.size:
-        _, k = ty.query(np.hstack([X.points[er], np.sqrt(np.maximum(Mx - (up[er] - X.offset[er]), 0))[:, None],
-                                   np.zeros((er.size, 1))]))
-        rows, cols = np.r_[rows, er], np.r_[cols, k]
-    ec = np.flatnonzero(np.bincount(cols, minlength=Y.n) == 0)
-    if ec.size:
-        _, k = tx.query(np.hstack([Y.points[ec], np.zeros((ec.size, 1)),
-                                   np.sqrt(np.maximum(My - (vp[ec] - Y.offset[ec]), 0))[:, None]]))
-        rows, cols = np.r_[rows, k], np.r_[cols, ec]
-        # Deduplicate pairs that both additions may have produced.
-        key = np.unique(rows * Y.n + cols)
-        rows, cols = key // Y.n, key % Y.n
+        _, k = Y.tree.fit(vp - Y.offset).cmin(X.points[er], cost)
+        extra_r.append(er)
+        extra_c.append(k)
+    if extra_r:
+        # Column-sorted, without the duplicates both additions may have produced.
+        key = np.unique(np.r_[cols * X.n + rows, cols.dtype.type(X.n) * np.concatenate(extra_c)
+                              + np.concatenate(extra_r)])
+        cols, rows = key // X.n, key % X.n
     return _Support(rows, cols, X, Y, geodesic)
 
 
 def _transfer(Xc, up, Yc, vp, Xf, Yf, cost):
     r"""Mass-free potentials on the finer levels from the coarser ones, by hard c-transforms
     (coarse x -> fine y -> fine x)."""
-    geo = cost == "geodesic"
-    g, _ = c_transform(Xc.points, up - Xc.offset, Yf.points, "geodesic" if geo else "chordal")
+    g, _ = c_transform(Xc.points, up - Xc.offset, Yf.points, cost, tree=Xc.tree)
     g = g + Yf.offset
-    f, _ = c_transform(Yf.points, g - Yf.offset, Xf.points, "geodesic" if geo else "chordal")
+    f, _ = c_transform(Yf.points, g - Yf.offset, Xf.points, cost, tree=Yf.tree)
     return f + Xf.offset, g
 
 
@@ -288,7 +308,8 @@ def _sinkhorn(S, X, Y, u, v, eps, tol, maxiter, omega=1.0):
     omega > 1 is over-relaxation (Thibault, Chizat, Dossal & Papadakis 2021): a few times
     fewer iterations at small eps, but it may oscillate far from the fixed point: it is used
     in the final stages only, and dropped for the rest of the stage as soon as the error
-    exceeds twice its best value in the stage. Returns (iterations, error).
+    exceeds twice its best value in the stage. Returns (iterations, error, omega in effect):
+    a caller that continues the same stage passes that omega back.
     """
     la, lb = np.log(X.weights), np.log(Y.weights)
     err = np.inf
@@ -297,6 +318,12 @@ def _sinkhorn(S, X, Y, u, v, eps, tol, maxiter, omega=1.0):
     for it in range(1, maxiter + 1):
         _softmin(S.indptr, S.cols, S.cost, v, la, eps, u, omega)
         err = _softmin(S.t_indptr, S.t_idx, S.t_cost, u, lb, eps, v, omega)
+        if omega > 1:
+            # Over-relaxation does not damp the gauge mode (u + s, v - s), which otherwise
+            # grows geometrically until c - u - v has no digits left.
+            shift = 0.5 * (np.mean(u) - np.mean(v))
+            u -= shift
+            v += shift
         if err <= tol:
             break
         if omega > 1 and err > 2 * best:
@@ -304,7 +331,7 @@ def _sinkhorn(S, X, Y, u, v, eps, tol, maxiter, omega=1.0):
         best = min(best, err)
     # Finish on a plain u-update so that the row marginals are exact.
     _softmin(S.indptr, S.cols, S.cost, v, la, eps, u, 1.0)
-    return it, err
+    return it, err, omega
 
 
 # ---------------------------------------------------------------------------------- bracket
@@ -312,10 +339,12 @@ def _upper_bound(S, X, Y, u, v, eps, cost):
     """Cost of the sparse plan rounded onto the exact marginals (a feasible coupling)."""
     P = _plan_rows(S.indptr, S.cols, S.cost, u, v, eps)
     row = np.bincount(S.rows, weights=P, minlength=X.n)
-    xs = np.minimum(X.weights / np.where(row > 0, row, np.inf), 1.0)
+    with np.errstate(over="ignore"):  # w / (tiny mass) = inf is capped at 1 just below
+        xs = np.minimum(X.weights / np.where(row > 0, row, np.inf), 1.0)
     P *= xs[S.rows]
     col = np.bincount(S.cols, weights=P, minlength=Y.n)
-    ys = np.minimum(Y.weights / np.where(col > 0, col, np.inf), 1.0)
+    with np.errstate(over="ignore"):
+        ys = np.minimum(Y.weights / np.where(col > 0, col, np.inf), 1.0)
     P *= ys[S.cols]
     err_r = X.weights - np.bincount(S.rows, weights=P, minlength=X.n)
     err_c = Y.weights - np.bincount(S.cols, weights=P, minlength=Y.n)
@@ -333,12 +362,67 @@ def _upper_bound(S, X, Y, u, v, eps, cost):
 RESIDUAL_EXACT_PAIRS = 250_000
 
 
+@nb.njit(cache=True)
+def _morton_keys(points, bits):
+    """Z-order (Morton) keys of points in [-1, 1]^d, ``bits`` bits per coordinate."""
+    n, d = points.shape
+    keys = np.zeros(n, np.int64)
+    scale = (1 << bits) - 1
+    for i in range(n):
+        key = 0
+        q = np.empty(d, np.int64)
+        for t in range(d):
+            q[t] = int(min(max((points[i, t] + 1.0) * 0.5, 0.0), 1.0) * scale)
+        for bit in range(bits - 1, -1, -1):
+            for t in range(d):
+                key = (key << 1) | ((q[t] >> bit) & 1)
+        keys[i] = key
+    return keys
+
+
+@nb.njit(cache=True)
+def _northwest_cost(P, op, Q, oq, r, c, geodesic):
+    """Cost of the north-west-corner coupling of r (on P, in order) and c (on Q, in order),
+    both of the same total: a feasible coupling, cheap when the orders follow space."""
+    i, j = 0, 0
+    ri, cj = r[0], c[0]
+    total = 0.0
+    d = P.shape[1]
+    while i < r.size and j < c.size:
+        t = min(ri, cj)
+        s = 0.0
+        for k in range(d):
+            z = P[i, k] - Q[j, k]
+            s += z * z
+        if geodesic:
+            th = 2.0 * np.arcsin(min(np.sqrt(s) * 0.5, 1.0))
+            s = th * th
+        else:
+            s += op[i] + oq[j]
+        total += t * s
+        ri -= t
+        cj -= t
+        if ri <= cj:
+            i += 1
+            if i < r.size:
+                ri = r[i]
+        else:
+            j += 1
+            if j < c.size:
+                cj = c[j]
+    return total
+
+
 def _residual_cost(X, err_r, Y, err_c, E, cost):
-    """Cost of a coupling of the residual marginals err_r (on X) and err_c (on Y), mass E."""
+    """Cost of a coupling of the residual marginals err_r (on X) and err_c (on Y), mass E:
+    exact (network simplex) when small, else the cheaper of the product coupling and the
+    north-west-corner coupling along a space-filling (Morton) order, which pairs residual
+    mass with nearby residual mass."""
     import ot
 
     i = np.flatnonzero(err_r > 0)
     j = np.flatnonzero(err_c > 0)
+    ri, cj = err_r[i] / err_r[i].sum(), err_c[j] / err_c[j].sum()
     if i.size * j.size <= RESIDUAL_EXACT_PAIRS:
         diff = X.points[i, None, :] - Y.points[None, j, :]
         C = np.einsum("ijd,ijd->ij", diff, diff)
@@ -346,7 +430,6 @@ def _residual_cost(X, err_r, Y, err_c, E, cost):
             C += X.offset[i, None] + Y.offset[None, j]
         else:
             C = geodesic_from_chordal(C)
-        ri, cj = err_r[i] / err_r[i].sum(), err_c[j] / err_c[j].sum()
         val, log = ot.emd2(ri, cj, C, numItermax=max(1_000_000, 50 * (i.size + j.size) ** 2),
                            log=True)
         if log["result_code"] == 1:
@@ -358,31 +441,84 @@ def _residual_cost(X, err_r, Y, err_c, E, cost):
     chord = 2.0 * E - 2.0 * float((err_r @ X.points) @ (err_c @ Y.points)) / E
     chord = min(max(chord, 0.0), 4.0 * E)
     # theta <= (pi/2) |x - y| on the sphere, so the geodesic cost is <= pi^2/4 chordal.
-    return chord if cost == "chordal" else np.pi**2 / 4 * chord
+    product = chord if cost == "chordal" else np.pi**2 / 4 * chord
+    d = X.points.shape[1]
+    bits = max(1, 63 // d)
+    oi = np.argsort(_morton_keys(X.points[i], bits), kind="stable")
+    oj = np.argsort(_morton_keys(Y.points[j], bits), kind="stable")
+    # The two normalized totals agree to round-off; the last pair absorbs the difference.
+    nw = _northwest_cost(np.ascontiguousarray(X.points[i][oi]), X.offset[i][oi],
+                         np.ascontiguousarray(Y.points[j][oj]), Y.offset[j][oj],
+                         ri[oi], cj[oj], cost == "geodesic")
+    return min(product, nw * E)
 
 
-def _lower_bound(x, a, y, b, f, cost):
-    """<a, f^cc> + <b, f^c> for a potential f on the original points x (weak duality)."""
-    g, _ = c_transform(x, f, y, cost)
-    f2, _ = c_transform(y, g, x, cost)
-    return float(a @ f2 + b @ g)
+def _lower_bound(XF, YF, f, cost, hints=None, twice=True):
+    """<a, f^cc> + <b, f^c> for a potential f on the points of the full level XF (weak
+    duality); YF is the other cloud's full level. twice=False stops at <a, f> + <b, f^c>
+    (also dual-feasible), for when the second transform is the expensive one. hints: the
+    sparse support between XF and YF as (rows of XF, columns of YF), in that orientation,
+    whose best partners start the searches."""
+    if not np.all(np.isfinite(f)):
+        return -np.inf  # a diverged potential certifies nothing
+    # The bound does not depend on the gauge f + s (the weights sum to 1); centring keeps
+    # c - f at the precision of c.
+    f = f - np.mean(f)
+    init = None if hints is None else _best_partner(*hints[1], f)
+    g, _ = c_transform(XF.points, f, YF.points, cost, tree=XF.tree, init=init)
+    if not twice:
+        return float(XF.weights @ f + YF.weights @ g)
+    init = None if hints is None else _best_partner(*hints[0], g)
+    f2, _ = c_transform(YF.points, g, XF.points, cost, tree=YF.tree, init=init)
+    return float(XF.weights @ f2 + YF.weights @ g)
 
 
-def _bracket(x, a, y, b, X, Y, S, u, v, eps, cost):
+def _extend(Y, vp, YF, own, other, P, X):
+    r"""A potential on the points of YF from the potential vp of its clustering Y, to first
+    order: :math:`g(y) = v'_l + 2\langle x^*_l, \bar y_l - y\rangle` for y in cluster l,
+    with :math:`x^*_l` the barycentre of the X-clusters the plan P (pairs own (on Y),
+    other (on X)) sends to l. Since :math:`|x - y|^2 = |x - \bar y_l|^2 + o_l -
+    2\langle x, y - \bar y_l\rangle` on average over the cluster, this makes c - g flat in y
+    across the cluster at :math:`x^*_l`, and its average over the cluster is :math:`v'_l`.
+    Any g gives a valid bound; this one is cheap (no search over the curve's fibres)."""
+    mass = np.bincount(own, weights=P, minlength=Y.n)
+    d = X.points.shape[1]
+    xstar = np.stack([np.bincount(own, weights=P * X.points[other, k], minlength=Y.n)
+                      for k in range(d)], axis=1) / np.where(mass > 0, mass, 1.0)[:, None]
+    lab = Y.labels
+    return vp[lab] + 2.0 * np.einsum("nd,nd->n", xstar[lab], Y.points[lab] - YF.points)
+
+
+def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True):
+    """(lower, upper, residual mass) on W2^2 between the full levels XF, YF (the original
+    clouds, reordered) from the plan and potentials on the current levels X, Y. lower is
+    -inf unless lower_too (the lower bound costs two c-transforms of the full clouds)."""
     upper, resid = _upper_bound(S, X, Y, u, v, eps, cost)
+    if not lower_too:
+        return -np.inf, upper, resid
     lows = []
     up = u - 0.5 * eps * np.log(X.weights)
     vp = v - 0.5 * eps * np.log(Y.weights)
-    geo = "geodesic" if cost == "geodesic" else "chordal"
-    # A full level is the original cloud in another order.
+    both = X.full and Y.full
+    csr = (S.indptr, S.cols, S.cost)
+    csc = (S.t_indptr, S.t_idx, S.t_cost)
     if X.full:
-        lows.append(_lower_bound(X.points, X.weights, y, b, up, cost))
+        lows.append(_lower_bound(X, YF, up, cost, (csr, csc) if both else None))
     if Y.full:
-        lows.append(_lower_bound(Y.points, Y.weights, x, a, vp, cost))
+        lows.append(_lower_bound(Y, XF, vp, cost, (csc, csr) if both else None))
     if not lows:
-        # Neither side at its points: a potential on x from the clusters of y.
-        f, _ = c_transform(Y.points, vp - Y.offset, x, geo)
-        lows.append(_lower_bound(x, a, y, b, f, cost))
+        # Neither side at its points: a potential on the points of one cloud from the
+        # clusters of the other (the finer clustering), then one exact c-transform onto the
+        # points of the coarser side. (Only one: when a cloud is sent onto a curve, the
+        # transform onto the curve's points is flat along the fibres of the map and costs
+        # a search over whole fibres.)
+        P = _plan_rows(S.indptr, S.cols, S.cost, u, v, eps)
+        if Y.n <= X.n:
+            g = _extend(Y, vp, YF, S.cols, S.rows, P, X)
+            lows.append(_lower_bound(YF, XF, g, cost, twice=False))
+        else:
+            f = _extend(X, up, XF, S.rows, S.cols, P, Y)
+            lows.append(_lower_bound(XF, YF, f, cost, twice=False))
     return max(lows), upper, resid
 
 
@@ -395,8 +531,31 @@ def _final_level(levels, budget):
     return len(levels) - 1
 
 
+def _quantization_budget(X0, Y0, tol, quantize):
+    r"""Largest quantization error delta allowed to each side, and a lower bound on W2.
+
+    Stopping a side at a clustering costs the composed coupling about
+    :math:`(\delta_x^2 + \delta_y^2) / (2 W_2)` on W2 (barycentre identity; the clustered
+    optimum is typically below W2 by as much), so :math:`\delta^2 \le \text{tol}\, W_2 / 4`
+    per side keeps that near tol/4. W2 is bounded below from the coarsest clusterings:
+    :math:`W_2 \ge W_2(\mu_K, \nu_K) - \delta_x - \delta_y` (triangle inequality), with the
+    clustered W2 exact by the network simplex. Without that bound (W2 may be 0) delta <= tol/2
+    (then the excess is at most tol/2 even at W2 = 0).
+    """
+    import ot
+
+    if quantize is not None:
+        return float(quantize), 0.0
+    # Between the clustered measures the cost is the barycentre distance alone (no offsets).
+    diff = X0.points[:, None, :] - Y0.points[None, :, :]
+    val = ot.emd2(X0.weights, Y0.weights, np.einsum("ijd,ijd->ij", diff, diff),
+                  numItermax=10_000_000)
+    w2_low = max(np.sqrt(max(float(val), 0.0)) - quantization_error(X0) - quantization_error(Y0), 0.0)
+    return max(tol / 2, np.sqrt(tol * w2_low / 4)), w2_low
+
+
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
-                  coarsest=COARSEST, max_iter=1000, stage_iter=50, quantize=None,
+                  coarsest=COARSEST, max_iter=1000, stage_iter=50, check_chunk=10, quantize=None,
                   nu_levels=None, seed=0, omega=1.8, verbose=False):
     r"""W2^2 bracket between (x, a) and (y, b) by multiscale sparse Sinkhorn.
 
@@ -426,15 +585,15 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     else:
         hy = hierarchy(y, b, cost, coarsest, seed=seed + 1)
     t_hier = time.perf_counter() - t0
-    # The composed coupling costs exactly delta^2 more than the clustered one (barycentre
-    # identity), so delta <= tol/2 spends at most tol/2 of the bracket on W2, even at W2 = 0.
-    budget = tol / 2 if quantize is None else float(quantize)
     if geodesic:
         fx, fy = len(hx) - 1, len(hy) - 1
+        w2_low = 0.0
     else:
+        budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
         fx, fy = _final_level(hx, budget), _final_level(hy, budget)
-        if not (hx[fx].full or hy[fy].full):
-            # Keep one side at its points so that the lower bound starts from real potentials.
+        if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
+            # W2 may be ~0: keep one side at its points so that the lower bound starts from
+            # real potentials.
             if hx[fx].n >= hy[fy].n:
                 fx = len(hx) - 1
             else:
@@ -454,7 +613,9 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     final_res = final_res or [1e-3 * diam]
     # Below ~1e-9 diam^2 the plan is a permutation to round-off; nothing is gained there.
     final_eps_floor = max(min(final_res) / 16, 1e-9 * diam) if epsilon is None else float(epsilon)
-    check_eps = 4 * max(final_res)
+    # The bracket is tested once eps is near the final resolution, or small enough for the
+    # entropic bias (about eps on W2^2) to fit in the requested width.
+    check_eps = max(4 * max(final_res), tol / 2)
     lower, upper = -np.inf, np.inf
     resid = np.nan
     for k, (ix, iy) in enumerate(pairs):
@@ -474,24 +635,44 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
             S = _support(X, Y, u, v, eps, theta, geodesic)
             check = last and (eps <= check_eps if epsilon is None
                               else eps <= epsilon * (1 + 1e-12))
-            it, err = _sinkhorn(S, X, Y, u, v, eps, 1e-5 if check else 1e-3,
-                                max_iter if check else stage_iter, omega if check else 1.0)
-            total_iter += it
-            up = u - 0.5 * eps * np.log(X.weights)
-            vp = v - 0.5 * eps * np.log(Y.weights)
-            entry = {"level": (X.n, Y.n), "eps": eps, "nnz": S.nnz, "iter": it, "err": err,
-                     "t": time.perf_counter() - t0}
+            entry = {"level": (X.n, Y.n), "eps": eps, "nnz": S.nnz}
             done = False
-            if check:
-                lo, hi, res = _bracket(x, a, y, b, X, Y, S, u, v, eps, cost)
-                entry.update(lower=lo, upper=hi, residual=res)
-                # Each bound is valid on its own: keep the best of each.
-                lower = max(lower, lo)
-                if hi < upper:
-                    upper, resid = hi, res
-                width = np.sqrt(max(upper, 0)) - np.sqrt(max(min(lower, upper), 0))
+            if not check:
+                it, err, _ = _sinkhorn(S, X, Y, u, v, eps, 1e-3, stage_iter, 1.0)
+                total_iter += it
+                entry.update(iter=it, err=err)
+            else:
+                # At the final levels the bracket is the stopping test: iterate in growing
+                # chunks and stop as soon as it is narrow enough (the marginal error of the
+                # plan says nothing about the width by itself).
+                chunk, it_stage, om = check_chunk, 0, omega
+                while True:
+                    it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
+                    it_stage += it
+                    # The lower bound settles within the first chunk; after that only the
+                    # upper one moves, and the lower one is recomputed when the stage ends.
+                    last_chunk = err <= 1e-5 or it_stage >= max_iter
+                    lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
+                                           lower_too=chunk == check_chunk or last_chunk)
+                    # Each bound is valid on its own: keep the best of each.
+                    lower = max(lower, lo)
+                    if hi < upper:
+                        upper, resid = hi, res
+                    width = np.sqrt(max(upper, 0)) - np.sqrt(max(min(lower, upper), 0))
+                    if verbose:
+                        print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
+                              f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
+                              f"t {time.perf_counter() - t0:.1f}")
+                    if width <= tol or err <= 1e-5 or it_stage >= max_iter:
+                        break
+                    chunk = min(2 * chunk, max_iter - it_stage)
+                total_iter += it_stage
+                entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)
                 done = (width <= tol or eps <= final_eps_floor * (1 + 1e-12)
                         or epsilon is not None)
+            up = u - 0.5 * eps * np.log(X.weights)
+            vp = v - 0.5 * eps * np.log(Y.weights)
+            entry["t"] = time.perf_counter() - t0
             log.append(entry)
             if verbose:
                 print(entry)
@@ -513,7 +694,7 @@ def w2_multiscale_result(x, a, y, b, cost="chordal", tol=1e-3, **options):
     """:func:`w2_multiscale` wrapped into a :class:`W2Result` (method "multiscale")."""
     from .result import bracket_result
 
-    allowed = {"epsilon", "theta", "coarsest", "max_iter", "stage_iter", "quantize",
+    allowed = {"epsilon", "theta", "coarsest", "max_iter", "stage_iter", "check_chunk", "quantize",
                "nu_levels", "seed", "omega", "verbose"}
     unknown = set(options) - allowed
     if unknown:
