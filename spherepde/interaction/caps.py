@@ -120,18 +120,6 @@ def _cover(theta_n, phi_n, alpha, phi, start, d, ranges):
 
 
 @njit(cache=True)
-def _cover_max(theta_n, phi_n, alpha, phi, start, d, ranges, y0, y1, y2, logw, n0, n1, n2, k):
-    """max <n, y_j> and max k <n, y_j> + log w_j over the cover of the cap of radius alpha."""
-    r = _cover(theta_n, phi_n, alpha, phi, start, d, ranges)
-    top = logit = -np.inf
-    for q in range(r):
-        t, g = _range_max(y0, y1, y2, logw, ranges[q, 0], ranges[q, 1], n0, n1, n2, k)
-        top = max(top, t)
-        logit = max(logit, g)
-    return top, logit
-
-
-@njit(cache=True)
 def _band_bound(ct, st, theta_a, theta_b, cos_d):
     """max over colatitudes theta in [theta_a, theta_b] of <n, y(theta, phi_n + d)> =
     cos(theta) cos(theta_n) + sin(theta) sin(theta_n) cos(d), for ct, st = cos, sin theta_n:
@@ -229,10 +217,12 @@ def _cap_sums(nx, kappa, log_rel, yT, logw, phi, start, d, s_out, a_out, shift_o
                 alpha_c = np.arccos(min(1.0, c))
         # the largest logit over C's cover is the largest of all: one outside C is below
         # tol/2 times the one found above
-        top_c, shift = _cover_max(theta_n, phi_n, alpha_c, phi, start, d, ranges, y0, y1,
-                                  y2, logw, n0, n1, n2, k)
-        shift += _SLACK
         r = _cover(theta_n, phi_n, alpha_c, phi, start, d, ranges)
+        shift = -np.inf
+        for q in range(r):
+            _, g = _range_max(y0, y1, y2, logw, ranges[q, 0], ranges[q, 1], n0, n1, n2, k)
+            shift = max(shift, g)
+        shift += _SLACK
         s = a0 = a1 = a2 = 0.0
         count = 0
         for q in range(r):
