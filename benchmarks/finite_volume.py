@@ -1,22 +1,15 @@
-"""Finite-volume solver (issue 10): transport errors against the standard test cases, and the
-cost of a step.
+"""Finite-volume solver (issue 10): the cost of a step and the concentration curves. The
+transport errors against the standard test cases are validation/transport.py.
 
-1. ``transport``: normalized l1/l2/linf errors and measured orders of the cubed-sphere scheme
-   on Williamson et al. (1992) test 1 (cosine bell, over the poles and tilted), the
-   nondivergent deformational flow of Nair & Lauritzen (2010) (Gaussian hills, cosine bells)
-   and the divergent flow of Lauritzen et al. (2012) (Gaussian hills), each at several n.
-   Every run also reports the relative mass change and the minimum cell average.
-2. ``cost``: wall time of one right-hand side (reconstruction + fluxes) and of one SSPRK3
+1. ``cost``: wall time of one right-hand side (reconstruction + fluxes) and of one SSPRK3
    step of the zero-temperature dynamics at n = 64 ... 256 (6·256² = 393 216 cells), as a
    ratio to one numpy pass over the cell array (a memory-bound reference measured in the
    same run), with the numba thread count.
-
-3. ``concentration``: W2(rho_t, Pi#rho0) (chordal) in the default scenario (B = rotation by
+2. ``concentration``: W2(rho_t, Pi#rho0) (chordal) in the default scenario (B = rotation by
    0.9 about (1,1,1), A = diag(1, 0.4, 0), vMF(mean (0.4,0.3,1), kappa 1.5)) to t = 14 at
    several n and beta; at beta = inf against the closed form of the zero-temperature flow.
 
 Run (from the repository root, so that this checkout's spherepde is imported):
-      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py transport [--n 20 40 80]
       PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py cost [--n 64 128 256]
       PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py concentration [--beta inf 16]
 """
@@ -27,55 +20,6 @@ import math
 import time
 
 import numpy as np
-
-from spherepde.analysis import transport_cases as tc
-from spherepde.density.finite_volume import TransportSolver
-
-CASES = {
-    # name: (velocity, initial field, end time)
-    "sbr_poles_bell": (lambda: tc.solid_body_rotation(math.pi / 2), tc.cosine_bell, 12.0),
-    "sbr_tilted_bell": (lambda: tc.solid_body_rotation(math.pi / 2 - 0.05), tc.cosine_bell, 12.0),
-    "nondiv_gaussian": (lambda: tc.nondivergent_flow(), tc.gaussian_hills, 5.0),
-    "nondiv_cosine_bells": (lambda: tc.nondivergent_flow(), tc.cosine_bells, 5.0),
-    "div_gaussian": (lambda: tc.divergent_flow(), tc.gaussian_hills, 5.0),
-}
-
-
-def run_case(name, n, limiter, cfl):
-    vel, f, T = CASES[name]
-    s = TransportSolver(n, vel(), limiter=limiter, cfl=cfl, mass_rtol=math.inf)
-    mass = float(s.mesh.integrate_cells(f).sum())
-    g = lambda x: f(x) / mass  # a probability density, as the solver expects
-    t0 = time.perf_counter()
-    sol = s.solve(g, [0.0, T])
-    wall = time.perf_counter() - t0
-    exact = s.mesh.integrate_cells(g) / s.mesh.areas  # every case returns to its initial state
-    errs = tc.error_norms(sol.averages(1), exact, s.mesh.areas)
-    dmass = abs(sol.mass(1) - sol.mass(0)) / sol.mass(0)
-    return errs, dmass, float(sol.averages(1).min() / exact.max()), sol.stats["steps"], wall
-
-
-def transport(ns, cases, limiters, cfl):
-    print(f"| case | limiter | n | h | l1 | l2 | linf | order l1 | order l2 | order linf | "
-          f"mass change | min/max | steps | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in cases:
-        for lim in limiters:
-            prev = None
-            for n in ns:
-                from spherepde.sphere.cubed_sphere import CubedSphere
-
-                h = CubedSphere(n).h
-                errs, dm, mn, steps, wall = run_case(name, n, lim, cfl)
-                if prev is None:
-                    orders = ["", "", ""]
-                else:
-                    orders = [f"{math.log(p / e) / math.log(prev[1] / h):.2f}"
-                              for p, e in zip(prev[0], errs)]
-                prev = (errs, h)
-                print(f"| {name} | {lim} | {n} | {h:.4f} | {errs[0]:.3e} | {errs[1]:.3e} | "
-                      f"{errs[2]:.3e} | {orders[0]} | {orders[1]} | {orders[2]} | {dm:.1e} | "
-                      f"{mn:.1e} | {steps} | {wall:.1f} |", flush=True)
 
 
 def cost(ns, repeat):
@@ -177,19 +121,14 @@ def _timed(fn):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["transport", "cost", "concentration"])
+    p.add_argument("what", choices=["cost", "concentration"])
     p.add_argument("--beta", type=float, nargs="+", default=[math.inf])
     p.add_argument("--t-end", type=float, default=14.0)
     p.add_argument("--n-out", type=int, default=57)
     p.add_argument("--n", type=int, nargs="+")
-    p.add_argument("--cases", nargs="+", default=list(CASES))
-    p.add_argument("--limiter", nargs="+", default=["barth_jespersen"])
-    p.add_argument("--cfl", type=float, default=0.9)
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args()
-    if a.what == "transport":
-        transport(a.n or [20, 40, 80], a.cases, a.limiter, a.cfl)
-    elif a.what == "cost":
+    if a.what == "cost":
         cost(a.n or [64, 128, 256], a.repeat)
     else:
         concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out)

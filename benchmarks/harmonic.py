@@ -13,9 +13,10 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    time for the same right-hand side (from 1024 queries, scaled) as the reference.
 3. ``--crossover``: per beta, the N above which the harmonic right-hand side beats numba.
 4. ``--full-run``: the default scenario at beta = 1000 with N tokens (default 10^6) to
-   t = 14 with ``ParticleSolver(model, kernel="harmonic")``: wall time, steps, and the share of
-   queries the error bound sent to the direct kernel, per output time. Long: run it with
-   nohup and a log.
+   t = 14 with ``ParticleSolver(model, kernel="harmonic")``: wall time, steps, the share of
+   queries the error bound sent to the exact cap sums (``fallback``) and the atoms summed
+   per fallback query (``cap_atoms``; a query among at most 128 counts all N), per output
+   time and every 5 steps. Long: run it with nohup and a log.
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--json out.json]   (no flag: the first three)

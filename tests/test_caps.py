@@ -53,6 +53,26 @@ def test_cap_sums_match_the_full_sum(d, kind, kappa):
         assert count.mean() <= share * y.shape[0]
 
 
+@pytest.mark.parametrize("d", [3, 2])
+def test_full_sums_match_the_direct_kernel(d):
+    """The few-query fallback (all atoms, exact largest logit as the shift) against the fused
+    kernel and its log-partition, with some weights 0."""
+    from spherepde.interaction.caps import full_sums
+    from spherepde.interaction.fused import log_partition_numba
+
+    y, w = clouds(d, 3000, seed=8)["concentrated"]
+    w = w.copy()
+    w[::7] = 0.0
+    n = unit(np.random.default_rng(9).standard_normal((50, d)))
+    kappa = np.linspace(0.0, 1000.0, 50)
+    s, a, shift = full_sums(y, w, n, kappa)
+    ref = attention_numba(kappa[:, None] * n, y, y, w, 1.0, True)
+    # the only dropped terms are below e^-708 of the largest: round-off only
+    assert np.abs(a / s[:, None] - ref).max() <= 100 * TOL
+    logz = log_partition_numba(kappa[:, None] * n, y, w, 1.0)
+    assert np.abs(shift + np.log(s) - logz).max() <= 100 * TOL
+
+
 def test_cap_sums_degenerate_cases():
     y = unit(np.random.default_rng(0).standard_normal((50, 3)))
     w = np.full(50, 0.02)

@@ -3,9 +3,9 @@
 Reference numbers come from exact geometry (areas, first moments), closed forms (rotated
 initial data under solid-body rotation, exact.zero_temperature_density, exact.growth_rate),
 conservation laws, and the spectral solver where both are resolved. Orders are measured on
-three meshes and compared with the scheme's design order 2. The full test-case tables (Nair &
-Lauritzen 2010, Lauritzen et al. 2012, Williamson et al. 1992) are in
-benchmarks/finite_volume.py, whose runs are too long for the suite.
+three meshes and compared with the scheme's design order (at least 2). The full test-case
+tables (Nair & Lauritzen 2010, Lauritzen et al. 2012, Williamson et al. 1992) are
+validation/transport.py, whose runs are too long for the suite.
 """
 import math
 import warnings
@@ -369,6 +369,8 @@ def test_bad_input_is_explained():
         FiniteVolumeSolver(model, 4, scheme="rk4")
     with pytest.raises(ValueError, match="unknown limiter"):
         FiniteVolumeSolver(model, 4, limiter="superbee")
+    with pytest.raises(ValueError, match="unknown reconstruction"):
+        FiniteVolumeSolver(model, 4, reconstruction="spline")
     with pytest.raises(ValueError, match="cfl must be"):
         FiniteVolumeSolver(model, 4, cfl=0.0)
     with pytest.raises(ValueError, match="works on S\\^2"):

@@ -296,6 +296,20 @@ def test_multiscale_bracket_contains_exact(n, m, d, cost):
     assert ms.details["tol_met"] and ms.upper - ms.lower <= tol
 
 
+@pytest.mark.parametrize("cost", ["chordal"])
+def test_multiscale_bracket_with_both_sides_clustered(cost):
+    # A quantization budget large enough that neither side is solved at its points: the upper
+    # bound is then the composed coupling through both clusterings, the lower one a potential
+    # extended from the clusters and c-transformed exactly; both still bound the exact value
+    # (round-off of O(n) sums, 1e-12).
+    mu = random_cloud(1200, seed=21)
+    nu = sp.PointCloud(sp.measures.VonMisesFisher([1.0, 0, 0], 2.0).sample(1100, 22))
+    ex = sp.w2(mu, nu, cost=cost, method="exact")
+    ms = sp.w2(mu, nu, cost=cost, method="multiscale", tol=1e-2, quantize=0.2)
+    assert ms.details["final_levels"] == (256, 256)  # neither side at its points
+    assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
+
+
 def test_multiscale_uniform_vs_antipodal_atoms_is_one():
     # Uniform on S^2 against (delta_e + delta_-e)/2: W2 = 1 (chordal, closed form above). The
     # grid quadrature of |<x, e>| is off by O(nlat^-2) ~ 2.5e-4 at nlat = 64.
@@ -377,14 +391,56 @@ def test_auto_choice_is_recorded(monkeypatch):
 def test_w2_to_limit_circle_bounds():
     # dim E = 2 (V = diag(1, 1, 0.3)): Pi#mu0 is a measure on the equator. The curve's bracket
     # must contain the exact W2 at every time and never exceed the particle coupling bound.
+    # The bracket is a theorem whatever the solver's convergence, so a short iteration budget
+    # (max_iter) keeps the test cheap without weakening what it checks.
     model = sp.Model(V=np.diag([1.0, 1.0, 0.3]), beta=np.inf)
-    x0 = sp.measures.Uniform(3).sample(500, seed=4)
+    x0 = sp.measures.Uniform(3).sample(400, seed=4)
     times = np.array([0.0, 1.0, 3.0])
     X = np.stack([sp.exact.zero_temperature_flow(model, x0, t) for t in times])
     traj = FakeTrajectory(model, times, X)
-    curve = sp.w2_to_limit(traj, method="multiscale", tol=5e-3)
+    curve = sp.w2_to_limit(traj, method="multiscale", tol=5e-3, max_iter=40)
     limit = model.limit_measure(sp.PointCloud(X[0]))
     exact = np.array([sp.w2(sp.PointCloud(x), limit, method="exact") for x in X])
     assert np.all(curve.lower - 1e-12 <= exact) and np.all(exact <= curve.upper + 1e-12)
     assert np.all(curve.upper <= curve.bound + 1e-15)
     assert np.all(np.diff(exact) < 0)  # tokens approach the circle (Oja flow)
+
+
+# ---------------------------------------------------------------------- exact searches
+SEARCH_CASES = {
+    "sphere-d3": (3, False), "ball-d3": (3, True), "sphere-d8": (8, False), "circle": (3, None),
+}
+
+
+@pytest.mark.parametrize("cost", W.COSTS)
+@pytest.mark.parametrize("case", sorted(SEARCH_CASES))
+def test_cone_tree_searches_are_exact(case, cost):
+    # The c-transform (min) and the kept pairs (threshold) against brute force over the full
+    # cost matrix. Points inside the ball stand for cluster barycentres (chordal only); points
+    # on a great circle exercise the split of queries onto the span. Exact costs of the found
+    # points are returned, so values agree to the round-off of one cost <= pi^2 computed two
+    # ways (from x - y and from <x, y>): a few 1e-15, 1e-13 with room.
+    from spherepde.wasserstein.search import ConeTree
+
+    d, ball = SEARCH_CASES[case]
+    if ball and cost == "geodesic":
+        pytest.skip("the geodesic cost is defined between unit vectors")
+    rng = np.random.default_rng(len(case))
+    x = normalize(rng.standard_normal((1500, d)))
+    if ball is None:
+        x[:, 2:] = 0.0
+        x = normalize(x)
+    elif ball:
+        x *= rng.uniform(0.8, 1.0, (len(x), 1))
+    y = normalize(rng.standard_normal((700, d)))
+    f = np.sin(3 * x[:, 0]) + x[:, 1] ** 2 + 0.05 * rng.standard_normal(len(x))
+    C = (W.cost_matrix(x, y, cost) if not ball else
+         np.einsum("ijd,ijd->ij", x[:, None] - y[None], x[:, None] - y[None]))
+    R = C - f[:, None]
+    val, arg = ConeTree(x).fit(f).cmin(y, cost)
+    assert np.max(np.abs(val - R.min(axis=0))) < 1e-13
+    assert np.max(np.abs(R[arg, np.arange(len(y))] - val)) < 1e-13
+    thr = R.min(axis=0) + 0.2
+    indptr, idx = ConeTree(x).fit(f).within(y, thr, cost)
+    for j in range(len(y)):
+        assert set(idx[indptr[j]:indptr[j + 1]]) == set(np.flatnonzero(R[:, j] <= thr[j]))

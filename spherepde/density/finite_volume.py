@@ -73,7 +73,7 @@ from ..sphere.cubed_sphere import PANELS, CubedSphere
 from .base import DensitySolution, DensitySolver, check_mass, check_values, density_callable
 
 __all__ = ["FiniteVolumeSolver", "FiniteVolumeSolution", "FiniteVolumeScheme", "TransportSolver",
-           "EdgeVelocity", "CellHarmonic", "LIMITERS", "SSP_SCHEMES"]
+           "EdgeVelocity", "CellHarmonic", "LIMITERS", "RECONSTRUCTIONS", "SSP_SCHEMES"]
 
 #: Limiters by name -> kernel code. "barth_jespersen": edge values within the range of the
 #: cell and its four neighbours (monotone, positive); "positivity": only edge values >= 0
@@ -253,30 +253,31 @@ class _Polynomial:
             parts.append(_straight_neighbours(mesh))
         self.stencil = np.ascontiguousarray(np.concatenate(parts, axis=1))
         self.powers = [(i - b, b) for i in range(1, degree + 1) for b in range(i + 1)]
-        S, nb = self.stencil.shape[1], len(self.powers)
         c = mesh.centers
         self.t1, self.t2 = _tangent_frames(c)
         self.c = c
         self.scale = np.sqrt(mesh.areas)
         P, W = mesh.cell_quadrature(3)
-        W = W / W.sum(axis=1, keepdims=True)
+        self._P, self._W = P, W / W.sum(axis=1, keepdims=True)
         edge_pts = mesh.face_points[mesh.cell_faces].reshape(N, 8, 3)
-        self.mean = np.empty((N, nb))
-        self.C = np.empty((N, nb, S))
-        self.A = np.empty((N, 8, S))
+        # only the (8 × stencil) edge-value matrices are kept (300 MB at n = 256); the fit
+        # itself is redone for the cells that evaluate() is asked about
+        self.A = np.empty((N, 8, self.stencil.shape[1]))
         for a in range(0, N, chunk):
-            sl = slice(a, min(a + chunk, N))
-            idx = np.arange(sl.start, sl.stop)
-            mean_own = np.einsum("bq,bqa->ba", W[sl], self._basis(P[sl], idx[:, None]))
-            st = self.stencil[sl]
-            other = self._basis(P[st], idx[:, None, None])                # (B, S, 9, nb)
-            M = np.einsum("bjq,bjqa->bja", W[st], other) - mean_own[:, None, :]
-            M[st == idx[:, None]] = 0.0                                   # padded slots
-            C = np.linalg.pinv(M)                                         # (B, nb, S)
-            E = self._basis(edge_pts[sl], idx[:, None]) - mean_own[:, None, :]
-            self.mean[sl] = mean_own
-            self.C[sl] = C
-            self.A[sl] = E @ C
+            idx = np.arange(a, min(a + chunk, N))
+            mean, C = self.fit(idx)
+            E = self._basis(edge_pts[idx], idx[:, None]) - mean[:, None, :]
+            self.A[idx] = E @ C
+
+    def fit(self, cells):
+        """(<phi>_K (m, nb), C_K (m, nb, S)) of cells (m,)."""
+        P, W = self._P, self._W
+        mean = np.einsum("bq,bqa->ba", W[cells], self._basis(P[cells], cells[:, None]))
+        st = self.stencil[cells]
+        other = self._basis(P[st], cells[:, None, None])                  # (m, S, 9, nb)
+        M = np.einsum("bjq,bjqa->bja", W[st], other) - mean[:, None, :]
+        M[st == cells[:, None]] = 0.0                                     # padded slots
+        return mean, np.linalg.pinv(M)
 
     def _basis(self, x, cells):
         """phi_K(x) for points x: (..., 3) of cells K (broadcast to x's leading shape)."""
@@ -289,8 +290,14 @@ class _Polynomial:
     def deviation(self, x, cells, drho):
         """rho_K(x) - rho_bar_K before limiting, for points x: (m, 3) in cells (m,) and the
         stencil differences drho: (m, S)."""
-        phi = self._basis(x, cells) - self.mean[cells]
-        return np.einsum("ma,maj,mj->m", phi, self.C[cells], drho)
+        out = np.empty(cells.shape[0])
+        for a in range(0, cells.shape[0], 20_000):  # bounded memory for the fits
+            sl = slice(a, a + 20_000)
+            uniq, inv = np.unique(cells[sl], return_inverse=True)
+            mean, C = self.fit(uniq)
+            phi = self._basis(x[sl], cells[sl]) - mean[inv]
+            out[sl] = np.einsum("ma,maj,mj->m", phi, C[inv], drho[sl])
+        return out
 
 
 class _Linear:

@@ -100,9 +100,10 @@ __all__ = ["HarmonicField", "Moments", "attention_harmonic", "field_for", "harmo
 DEFAULT_TOL = 1e-12
 #: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
 FALLBACK_FACTOR = 100.0
-#: Up to this many fallback queries are summed over all atoms by the direct kernel (at
-#: N = 10^6 each costs ~1 ms; sorting the atoms for the cap sums costs ~0.3 s).
-DIRECT_FALLBACK_MAX = 64
+#: Up to this many fallback queries are summed over all atoms, unsorted
+#: (:func:`spherepde.interaction.caps.full_sums`, ~1-2 ns per atom and query); more are summed
+#: over their caps, after a sort that costs ~250 ns per atom (measured at N = 10^6).
+DIRECT_FALLBACK_MAX = 128
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
 #: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
@@ -709,8 +710,8 @@ class HarmonicField:
         the cap that carries their kernel (:class:`spherepde.interaction.caps.CapSums`: the
         atoms left out add up to at most tol/2 of the normalizer, so the output is off by at
         most :math:`\|V\|_2\,\mathrm{tol}`, relative to the query's own scale for USA); a
-        few of them (at most :data:`DIRECT_FALLBACK_MAX`) are summed over all atoms by the
-        direct fused kernel instead, which is cheaper than sorting the atoms. Weights must
+        few of them (at most :data:`DIRECT_FALLBACK_MAX`) are summed over all atoms instead
+        (:func:`spherepde.interaction.caps.full_sums`), which is cheaper than sorting them. Weights must
         be non-negative (as for every kernel). ``stats`` counts the ``queries``, the
         ``fallback`` queries and the ``cap_atoms`` summed for them.
         """
@@ -725,21 +726,18 @@ class HarmonicField:
         self.stats["fallback"] += int(bad.size)
         w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
              else np.asarray(weights, dtype=np.float64))
-        if bad.size <= DIRECT_FALLBACK_MAX:
-            from .fused import attention_numba
-
-            self.stats["cap_atoms"] += int(bad.size) * points.shape[0]
-            att[bad] = attention_numba(x[bad], points @ self.B.T, points @ self.V.T, w,
-                                       self.beta, self.normalized)
-            return att
-        from .caps import CapSums
+        from .caps import CapSums, full_sums
 
         xb = np.ascontiguousarray(x[bad])
         nx = np.empty_like(xb)
         kappa = np.empty(bad.size)
         _directions(xb, self.B, self.beta, nx, kappa)
-        s, a, shift, count = CapSums(points, w).sums(nx, kappa, self.tol)
-        self.stats["cap_atoms"] += int(count.sum())
+        if bad.size <= DIRECT_FALLBACK_MAX:
+            s, a, shift = full_sums(points, w, nx, kappa)
+            self.stats["cap_atoms"] += int(bad.size) * points.shape[0]
+        else:
+            s, a, shift, count = CapSums(points, w).sums(nx, kappa, self.tol)
+            self.stats["cap_atoms"] += int(count.sum())
         if self.normalized:
             att[bad] = (a / s[:, None]) @ self.V.T
         else:

@@ -75,6 +75,7 @@ class Level:
     offset: np.ndarray
     full: bool
     spacing2: float = 0.0  # median squared distance to the nearest other cluster
+    labels: np.ndarray = None  # cluster of each point of the full level (None when full)
     _tree: object = None
 
     @property
@@ -116,6 +117,7 @@ def hierarchy(x, a, cost="chordal", coarsest=COARSEST, refine=REFINE, seed=0):
     n = len(a)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n)
+    full, full_order = _level(x, a, np.zeros(n), True)
     levels = []
     K = coarsest
     while 2 * K <= n:
@@ -134,18 +136,23 @@ def hierarchy(x, a, cost="chordal", coarsest=COARSEST, refine=REFINE, seed=0):
         else:
             bary = bary / np.linalg.norm(bary, axis=1, keepdims=True)
             off = np.zeros(len(bary))
-        levels.append(_level(bary, W[keep], off, False))
+        L, order = _level(bary, W[keep], off, False)
+        # Cluster of each point of the full level, as an index into this level's order.
+        inv = np.empty(len(order), np.int64)
+        inv[order] = np.arange(len(order))
+        L.labels = inv[lab[full_order]]
+        levels.append(L)
         K *= refine
-    levels.append(_level(x, a, np.zeros(n), True))
+    levels.append(full)
     return levels
 
 
 def _level(points, weights, offset, full):
-    # kd-tree leaf order is a spatial sort: neighbours in space become neighbours in memory,
-    # which is what keeps the sparse sweeps cache-friendly.
+    """A Level in kd-tree leaf order (a spatial sort: neighbours in space become neighbours
+    in memory, which keeps the sparse sweeps cache-friendly), and that order."""
     order = cKDTree(points, leafsize=8).indices
     return Level(np.ascontiguousarray(points[order]), weights[order], offset[order], full,
-                 _spacing2(points))
+                 _spacing2(points)), order
 
 
 def quantization_error(level):
@@ -332,10 +339,12 @@ def _upper_bound(S, X, Y, u, v, eps, cost):
     """Cost of the sparse plan rounded onto the exact marginals (a feasible coupling)."""
     P = _plan_rows(S.indptr, S.cols, S.cost, u, v, eps)
     row = np.bincount(S.rows, weights=P, minlength=X.n)
-    xs = np.minimum(X.weights / np.where(row > 0, row, np.inf), 1.0)
+    with np.errstate(over="ignore"):  # w / (tiny mass) = inf is capped at 1 just below
+        xs = np.minimum(X.weights / np.where(row > 0, row, np.inf), 1.0)
     P *= xs[S.rows]
     col = np.bincount(S.cols, weights=P, minlength=Y.n)
-    ys = np.minimum(Y.weights / np.where(col > 0, col, np.inf), 1.0)
+    with np.errstate(over="ignore"):
+        ys = np.minimum(Y.weights / np.where(col > 0, col, np.inf), 1.0)
     P *= ys[S.cols]
     err_r = X.weights - np.bincount(S.rows, weights=P, minlength=X.n)
     err_c = Y.weights - np.bincount(S.cols, weights=P, minlength=Y.n)
@@ -444,27 +453,49 @@ def _residual_cost(X, err_r, Y, err_c, E, cost):
     return min(product, nw * E)
 
 
-def _lower_bound(XF, YF, f, cost, hints=None):
+def _lower_bound(XF, YF, f, cost, hints=None, twice=True):
     """<a, f^cc> + <b, f^c> for a potential f on the points of the full level XF (weak
-    duality); YF is the other cloud's full level. hints: the sparse support between XF and YF
-    as (rows of XF, columns of YF), in that orientation, whose best partners start the
-    searches."""
-    # The bound does not depend on the gauge f + s (the weights sum to 1); centring keeps
-    # c - f at the precision of c.
+    duality); YF is the other cloud's full level. twice=False stops at <a, f> + <b, f^c>
+    (also dual-feasible), for when the second transform is the expensive one. hints: the
+    sparse support between XF and YF as (rows of XF, columns of YF), in that orientation,
+    whose best partners start the searches."""
     if not np.all(np.isfinite(f)):
         return -np.inf  # a diverged potential certifies nothing
+    # The bound does not depend on the gauge f + s (the weights sum to 1); centring keeps
+    # c - f at the precision of c.
     f = f - np.mean(f)
     init = None if hints is None else _best_partner(*hints[1], f)
     g, _ = c_transform(XF.points, f, YF.points, cost, tree=XF.tree, init=init)
+    if not twice:
+        return float(XF.weights @ f + YF.weights @ g)
     init = None if hints is None else _best_partner(*hints[0], g)
     f2, _ = c_transform(YF.points, g, XF.points, cost, tree=YF.tree, init=init)
     return float(XF.weights @ f2 + YF.weights @ g)
 
 
-def _bracket(XF, YF, X, Y, S, u, v, eps, cost):
+def _extend(Y, vp, YF, own, other, P, X):
+    r"""A potential on the points of YF from the potential vp of its clustering Y, to first
+    order: :math:`g(y) = v'_l + 2\langle x^*_l, \bar y_l - y\rangle` for y in cluster l,
+    with :math:`x^*_l` the barycentre of the X-clusters the plan P (pairs own (on Y),
+    other (on X)) sends to l. Since :math:`|x - y|^2 = |x - \bar y_l|^2 + o_l -
+    2\langle x, y - \bar y_l\rangle` on average over the cluster, this makes c - g flat in y
+    across the cluster at :math:`x^*_l`, and its average over the cluster is :math:`v'_l`.
+    Any g gives a valid bound; this one is cheap (no search over the curve's fibres)."""
+    mass = np.bincount(own, weights=P, minlength=Y.n)
+    d = X.points.shape[1]
+    xstar = np.stack([np.bincount(own, weights=P * X.points[other, k], minlength=Y.n)
+                      for k in range(d)], axis=1) / np.where(mass > 0, mass, 1.0)[:, None]
+    lab = Y.labels
+    return vp[lab] + 2.0 * np.einsum("nd,nd->n", xstar[lab], Y.points[lab] - YF.points)
+
+
+def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True):
     """(lower, upper, residual mass) on W2^2 between the full levels XF, YF (the original
-    clouds, reordered) from the plan and potentials on the current levels X, Y."""
+    clouds, reordered) from the plan and potentials on the current levels X, Y. lower is
+    -inf unless lower_too (the lower bound costs two c-transforms of the full clouds)."""
     upper, resid = _upper_bound(S, X, Y, u, v, eps, cost)
+    if not lower_too:
+        return -np.inf, upper, resid
     lows = []
     up = u - 0.5 * eps * np.log(X.weights)
     vp = v - 0.5 * eps * np.log(Y.weights)
@@ -476,9 +507,18 @@ def _bracket(XF, YF, X, Y, S, u, v, eps, cost):
     if Y.full:
         lows.append(_lower_bound(Y, XF, vp, cost, (csc, csr) if both else None))
     if not lows:
-        # Neither side at its points: a potential on x from the clusters of y.
-        f, _ = c_transform(Y.points, vp - Y.offset, XF.points, cost, tree=Y.tree)
-        lows.append(_lower_bound(XF, YF, f, cost))
+        # Neither side at its points: a potential on the points of one cloud from the
+        # clusters of the other (the finer clustering), then one exact c-transform onto the
+        # points of the coarser side. (Only one: when a cloud is sent onto a curve, the
+        # transform onto the curve's points is flat along the fibres of the map and costs
+        # a search over whole fibres.)
+        P = _plan_rows(S.indptr, S.cols, S.cost, u, v, eps)
+        if Y.n <= X.n:
+            g = _extend(Y, vp, YF, S.cols, S.rows, P, X)
+            lows.append(_lower_bound(YF, XF, g, cost, twice=False))
+        else:
+            f = _extend(X, up, XF, S.rows, S.cols, P, Y)
+            lows.append(_lower_bound(XF, YF, f, cost, twice=False))
     return max(lows), upper, resid
 
 
@@ -489,6 +529,29 @@ def _final_level(levels, budget):
         if L.full or quantization_error(L) <= budget:
             return k
     return len(levels) - 1
+
+
+def _quantization_budget(X0, Y0, tol, quantize):
+    r"""Largest quantization error delta allowed to each side, and a lower bound on W2.
+
+    Stopping a side at a clustering costs the composed coupling about
+    :math:`(\delta_x^2 + \delta_y^2) / (2 W_2)` on W2 (barycentre identity; the clustered
+    optimum is typically below W2 by as much), so :math:`\delta^2 \le \text{tol}\, W_2 / 4`
+    per side keeps that near tol/4. W2 is bounded below from the coarsest clusterings:
+    :math:`W_2 \ge W_2(\mu_K, \nu_K) - \delta_x - \delta_y` (triangle inequality), with the
+    clustered W2 exact by the network simplex. Without that bound (W2 may be 0) delta <= tol/2
+    (then the excess is at most tol/2 even at W2 = 0).
+    """
+    import ot
+
+    if quantize is not None:
+        return float(quantize), 0.0
+    # Between the clustered measures the cost is the barycentre distance alone (no offsets).
+    diff = X0.points[:, None, :] - Y0.points[None, :, :]
+    val = ot.emd2(X0.weights, Y0.weights, np.einsum("ijd,ijd->ij", diff, diff),
+                  numItermax=10_000_000)
+    w2_low = max(np.sqrt(max(float(val), 0.0)) - quantization_error(X0) - quantization_error(Y0), 0.0)
+    return max(tol / 2, np.sqrt(tol * w2_low / 4)), w2_low
 
 
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
@@ -522,15 +585,15 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     else:
         hy = hierarchy(y, b, cost, coarsest, seed=seed + 1)
     t_hier = time.perf_counter() - t0
-    # The composed coupling costs exactly delta^2 more than the clustered one (barycentre
-    # identity), so delta <= tol/2 spends at most tol/2 of the bracket on W2, even at W2 = 0.
-    budget = tol / 2 if quantize is None else float(quantize)
     if geodesic:
         fx, fy = len(hx) - 1, len(hy) - 1
+        w2_low = 0.0
     else:
+        budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
         fx, fy = _final_level(hx, budget), _final_level(hy, budget)
-        if not (hx[fx].full or hy[fy].full):
-            # Keep one side at its points so that the lower bound starts from real potentials.
+        if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
+            # W2 may be ~0: keep one side at its points so that the lower bound starts from
+            # real potentials.
             if hx[fx].n >= hy[fy].n:
                 fx = len(hx) - 1
             else:
@@ -586,7 +649,11 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 while True:
                     it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
                     it_stage += it
-                    lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost)
+                    # The lower bound settles within the first chunk; after that only the
+                    # upper one moves, and the lower one is recomputed when the stage ends.
+                    last_chunk = err <= 1e-5 or it_stage >= max_iter
+                    lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
+                                           lower_too=chunk == check_chunk or last_chunk)
                     # Each bound is valid on its own: keep the best of each.
                     lower = max(lower, lo)
                     if hi < upper:

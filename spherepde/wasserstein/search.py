@@ -232,15 +232,17 @@ def _cost(P, p, y, geodesic):
 
 
 @nb.njit(parallel=True, cache=True)
-def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, init, geodesic):
+def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Yb, perp2, init,
+          geodesic):
     m, d = Y.shape
     val = np.empty(m)
     arg = np.empty(m, np.int64)
     for j in nb.prange(m):
         y = Y[j]
+        yb = Yb[j]  # the bounds see the query projected onto the span of the points
         y2 = 0.0
         for t in range(d):
-            y2 += y[t] * y[t]
+            y2 += yb[t] * yb[t]
         best, bk = np.inf, -1
         if init[j] >= 0:
             bk = init[j]
@@ -258,8 +260,8 @@ def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, i
                         best, bk = v, p
                 continue
             c0, c1 = left[k], right[k]
-            b0 = _bound(c0, y, y2, z, cr, sr, rmin, rmax, alpha, beta, e)
-            b1 = _bound(c1, y, y2, z, cr, sr, rmin, rmax, alpha, beta, e)
+            b0 = _bound(c0, yb, y2, z, cr, sr, rmin, rmax, alpha, beta, e) + perp2[j]
+            b1 = _bound(c1, yb, y2, z, cr, sr, rmin, rmax, alpha, beta, e) + perp2[j]
             if b0 > b1:
                 c0, c1, b0, b1 = c1, c0, b1, b0
             # The more promising child is pushed last, so it is searched first.
@@ -275,16 +277,17 @@ def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, i
 
 
 @nb.njit(parallel=True, cache=True)
-def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, thr, geodesic,
-            indptr, out, fill):
+def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Yb, perp2, thr,
+            geodesic, indptr, out, fill):
     """Points with c - f <= thr[j]: counts[j] (fill False, written to indptr[j + 1]) or their
     indices into out[indptr[j]:indptr[j + 1]] (fill True)."""
     m, d = Y.shape
     for j in nb.prange(m):
         y = Y[j]
+        yb = Yb[j]  # the bounds see the query projected onto the span of the points
         y2 = 0.0
         for t in range(d):
-            y2 += y[t] * y[t]
+            y2 += yb[t] * yb[t]
         stack = np.empty(256, np.int64)
         stack[0] = 0
         top = 1
@@ -301,7 +304,7 @@ def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y,
                         cnt += 1
                 continue
             for c in (left[k], right[k]):
-                if _bound(c, y, y2, z, cr, sr, rmin, rmax, alpha, beta, e) <= thr[j]:
+                if _bound(c, yb, y2, z, cr, sr, rmin, rmax, alpha, beta, e) + perp2[j] <= thr[j]:
                     stack[top] = c
                     top += 1
         if not fill:
@@ -327,6 +330,17 @@ class ConeTree:
         self.P = np.ascontiguousarray(points[self.perm])
         self.z, rho, self.rmin, self.rmax = _cones(self.P, self.lo, self.hi)
         self.cos_rho, self.sin_rho = np.cos(rho), np.sin(rho)
+        # Points in a proper subspace (a measure on a great circle): |x - y|^2 =
+        # |x - y_par|^2 + |y_perp|^2, and the cone bounds are only tight for queries in the
+        # span, so queries are split. (Left out of the span, a query's w = 2y + beta leans out
+        # of every node's cone and the bound's slack becomes linear in the node size.)
+        _, sv, vt = np.linalg.svd(self.P[:: max(1, len(self.P) // 4096)], full_matrices=False)
+        rank = int(np.sum(sv > 1e-10 * sv[0])) if sv[0] > 0 else 0
+        self.span = vt[:rank].T if 0 < rank < points.shape[1] else None
+        if self.span is not None:
+            off = self.P - (self.P @ self.span) @ self.span.T
+            if np.max(np.abs(off)) > 1e-13:
+                self.span = None  # the sample's span misses points: no split
         self._f = None
 
     @property
@@ -350,6 +364,14 @@ class ConeTree:
         return (self.P, self._f, self.lo, self.hi, self.left, self.right, self.z,
                 self.cos_rho, self.sin_rho, self.rmin, self.rmax) + tuple(self._model)
 
+    def _split(self, y):
+        """Queries projected onto the span of the points, and |y_perp|^2 (less round-off)."""
+        if self.span is None:
+            return y, np.zeros(len(y))
+        yb = np.ascontiguousarray((y @ self.span) @ self.span.T)
+        perp2 = np.einsum("kd,kd->k", y - yb, y - yb)
+        return yb, perp2 * (1 - 1e-12)
+
     def cmin(self, y, cost="chordal", init=None):
         """(min_k c(x_k, y_j) - f_k, argmin k) for y: (m, d) -> ((m,), (m,) indices)."""
         y = np.ascontiguousarray(y, dtype=np.float64)
@@ -361,7 +383,7 @@ class ConeTree:
             inv[self.perm] = np.arange(self.n)
             init = np.asarray(init, dtype=np.int64)
             init = np.where(init >= 0, inv[init], -1)
-        val, arg = _cmin(*self._args(), y, init, cost == "geodesic")
+        val, arg = _cmin(*self._args(), y, *self._split(y), init, cost == "geodesic")
         return val, self.perm[arg]
 
     def within(self, y, thr, cost="chordal"):
@@ -370,8 +392,9 @@ class ConeTree:
         thr = np.ascontiguousarray(np.broadcast_to(thr, (len(y),)), dtype=np.float64)
         geo = cost == "geodesic"
         indptr = np.zeros(len(y) + 1, np.int64)
-        _within(*self._args(), y, thr, geo, indptr, np.empty(0, np.int64), False)
+        yb, perp2 = self._split(y)
+        _within(*self._args(), y, yb, perp2, thr, geo, indptr, np.empty(0, np.int64), False)
         np.cumsum(indptr, out=indptr)
         out = np.empty(indptr[-1], np.int64)
-        _within(*self._args(), y, thr, geo, indptr, out, True)
+        _within(*self._args(), y, yb, perp2, thr, geo, indptr, out, True)
         return indptr, self.perm[out]
