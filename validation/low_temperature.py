@@ -69,6 +69,7 @@ class Plan:
     scenarios: list = field(default_factory=lambda: ["E1", "E2"])
     e2_betas: list | None = None  # betas for the dim E = 2 scenario (default: all)
     fv_betas: list | None = None  # betas of the finite-volume runs (default: all)
+    e2_fv_betas: list | None = None  # the same for the dim E = 2 scenario (default: fv_betas)
 
     @property
     def times(self):
@@ -79,7 +80,7 @@ class Plan:
 #: the curve only where the density stays wider than a few cells.
 QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
              particles=[2000, 8000], finite_volume=[12, 24], spectral=[64],
-             e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf])
+             e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf], e2_fv_betas=[math.inf])
 FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
             particles=[62500, 250000, 1000000], finite_volume=[64, 128, 256], spectral=[128])
 
@@ -262,8 +263,9 @@ def collect(plan: Plan, store, fresh=False) -> list[Curve]:
             for solver, resolutions in runs:
                 if not resolutions:
                     continue
-                if solver == "finite_volume" and plan.fv_betas is not None \
-                        and beta not in plan.fv_betas:
+                fv_betas = plan.e2_fv_betas if scenario == "E2" and plan.e2_fv_betas is not None \
+                    else plan.fv_betas
+                if solver == "finite_volume" and fv_betas is not None and beta not in fv_betas:
                     continue
                 data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh)
                         for r in resolutions}

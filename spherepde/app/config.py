@@ -41,7 +41,7 @@ names the key and what it accepts.
 
     [finite_volume]
     enabled = true
-    n = 24                           # cells along a cube edge (6 n^2 cells), to run.t_end
+    n = 16                           # cells along a cube edge (6 n^2 cells), to run.t_end
     betas = [256.0, "inf"]           # a subset of run.betas (its cost grows like n^3)
 
     [convergence]
@@ -85,7 +85,7 @@ DEFAULT = {
     "run": {"betas": [4.0, 16.0, 64.0, 256.0, "inf"], "t_end": 8.0, "n_times": 41},
     "particles": {"n": 4000, "seed": 0, "rtol": 1e-6},
     "spectral": {"enabled": True, "lmax": 128, "t_end": 3.0},
-    "finite_volume": {"enabled": True, "n": 24, "betas": [256.0, "inf"]},
+    "finite_volume": {"enabled": True, "n": 16, "betas": [256.0, "inf"]},
     "convergence": {"check": True, "fraction": 0.05},
     "output": {"dir": "spherepde-output"},
 }
