@@ -79,7 +79,7 @@ class Plan:
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
 #: the curve only where the density stays wider than a few cells.
 QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
-             particles=[2000, 8000], finite_volume=[12, 24], spectral=[64],
+             particles=[2000, 8000], finite_volume=[12, 24], spectral=[32, 64],
              e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf], e2_fv_betas=[math.inf])
 FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
             particles=[62500, 250000, 1000000], finite_volume=[64, 128, 256], spectral=[128])
@@ -182,8 +182,9 @@ def run_spectral(scenario, beta, lmax, times):
 RUNNERS = {"particles": run_particles, "finite_volume": run_finite_volume, "spectral": run_spectral}
 
 
-def piece(store, scenario, solver, beta, res, times, fresh=False):
-    """One (scenario, solver, beta, resolution) curve, computed once and saved atomically."""
+def piece(store, scenario, solver, beta, res, times, fresh=False, compute=True):
+    """One (scenario, solver, beta, resolution) curve, computed once and saved atomically
+    (``compute=False``: the saved piece, or None when there is none)."""
     spec = {"v": VERSION, "scenario": scenario, "solver": solver, "beta": beta_label(beta),
             "res": res, "times": [float(times[0]), float(times[-1]), len(times)],
             "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN, "kappa": KAPPA}
@@ -194,6 +195,8 @@ def piece(store, scenario, solver, beta, res, times, fresh=False):
             return io.load_npz(path)
         except Exception as exc:  # a damaged piece is recomputed, never trusted
             print(f"  {path.name}: unreadable ({exc}); recomputing", file=sys.stderr)
+    if not compute:
+        return None
     print(f"  running {scenario} {solver} beta={beta_label(beta)} res={res} ...", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
     data = RUNNERS[solver](scenario, beta, res, times)
@@ -253,7 +256,10 @@ class Curve:
         return float(t[i]), float(w[i])
 
 
-def collect(plan: Plan, store, fresh=False) -> list[Curve]:
+def collect(plan: Plan, store, fresh=False, compute=True, missing=None) -> list[Curve]:
+    """The curves of the plan. With ``compute=False`` only saved pieces are used: a curve whose
+    finest piece is missing falls back to the finest saved one (without a coarse partner it
+    cannot be converged), and the missing pieces are appended to ``missing``."""
     curves = []
     runs = [("particles", plan.particles), ("finite_volume", plan.finite_volume),
             ("spectral", plan.spectral)]
@@ -267,11 +273,18 @@ def collect(plan: Plan, store, fresh=False) -> list[Curve]:
                     else plan.fv_betas
                 if solver == "finite_volume" and fv_betas is not None and beta not in fv_betas:
                     continue
-                data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh)
+                data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh, compute)
                         for r in resolutions}
-                fine = data[resolutions[-1]]
-                coarse = data[resolutions[-2]]["w2"] if len(resolutions) > 1 else None
-                curves.append(Curve(scenario, solver, beta, resolutions[-1], fine["times"],
+                for r, d in data.items():
+                    if d is None and missing is not None:
+                        missing.append(f"{scenario} {solver} β={beta_label(beta)} res={r}")
+                data = {r: d for r, d in data.items() if d is not None}
+                if not data:
+                    continue
+                have = [r for r in resolutions if r in data]
+                fine = data[have[-1]]
+                coarse = data[have[-2]]["w2"] if len(have) > 1 else None
+                curves.append(Curve(scenario, solver, beta, have[-1], fine["times"],
                                     fine["w2"], coarse,
                                     {r: (float(d["seconds"]), float(d.get("cpu_seconds", np.nan)))
                                      for r, d in data.items()},
@@ -405,12 +418,12 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str):
             f"cube edge) differ by less than {CONVERGED_FRACTION:.0%} of the curve's minimum at "
             "every output time.", "",
             table(rows, ["scenario", "solver", "beta", "finest res", "min W2", "t*",
-                         "W2 at end", "end", "max |fine−coarse|", "converged", "wall time"])]
+                         "W2 at end", "end", "max \\|fine−coarse\\|", "converged", "wall time"])]
     agree = agreement(curves)
     if agree:
         text += ["", "Agreement of converged curves with the other solvers (max over common "
                  "times; the other solver's own error is its max |fine−coarse|):", "",
-                 table(agree, ["scenario", "beta", "converged solver", "other", "max |diff|",
+                 table(agree, ["scenario", "beta", "converged solver", "other", "max \\|diff\\|",
                                "other's error", "within"])]
     for solver, f in fits.items():
         if f is None:
@@ -443,14 +456,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small resolutions (< 10 min, 2 cores)")
     ap.add_argument("--fresh", action="store_true", help="recompute every piece")
+    ap.add_argument("--report-only", action="store_true",
+                    help="compute nothing: report from the pieces saved so far, listing the rest")
     args = ap.parse_args(argv)
     plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
     name = "low_temperature_quick" if args.quick else "low_temperature"
     store = OUT / f"{name}_runs"
     store.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    curves = collect(plan, store, args.fresh)
+    missing = []
+    curves = collect(plan, store, args.fresh, compute=not args.report_only, missing=missing)
     fig, text = report(plan, curves, time.perf_counter() - t0, mode)
+    if missing:
+        text = (f"**Partial:** {len(missing)} pieces of the `{mode}` plan were not computed "
+                f"(`--report-only`); their curves are missing or fall back to the coarser piece "
+                f"and cannot count as converged: {'; '.join(missing)}.\n\n" + text)
     write_points(curves, OUT / f"{name}_points.csv")
     publish(name, fig, "Low-temperature concentration (docs/theory.md §3.1–3.2)", text)
 
