@@ -17,6 +17,9 @@ n = 300
 [spectral]
 lmax = 24
 t_end = 1.0
+[finite_volume]
+n = 8
+betas = [4.0, "inf"]
 """
 
 
@@ -56,7 +59,7 @@ def test_run_writes_results_figures_and_summary(small_run):
 def test_rerun_resumes_from_finished_runs(small_run, capsys):
     out = small_run / "out"
     saved = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
-    assert len(saved) == 4
+    assert len(saved) == 3 * 2 * 2  # three solvers, two betas, fine and coarse
     assert main(["run", str(small_run / "small.toml"), "--out", str(out), "--quiet"]) == 0
     again = {p.name: p.stat().st_mtime_ns for p in (out / "runs").iterdir()}
     assert again == saved  # nothing recomputed
@@ -73,7 +76,7 @@ def test_invalid_config_names_the_key(tmp_path, capsys):
 def test_particles_only_run_says_the_spectral_solver_was_off(tmp_path):
     cfg = tmp_path / "p.toml"
     cfg.write_text('[run]\nbetas = ["inf"]\nt_end = 1.0\nn_times = 3\n[particles]\nn = 100\n'
-                   '[spectral]\nenabled = false\n')
+                   '[spectral]\nenabled = false\n[finite_volume]\nenabled = false\n')
     assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
     summary = (tmp_path / "o" / "summary.md").read_text()
     assert "spectral solver was not run: disabled" in summary
@@ -86,7 +89,8 @@ def test_results_nc_holds_the_runs_and_round_trips(small_run, tmp_path):
     ds = io.open_dataset(small_run / "out" / "results.nc")
     for path in (small_run / "out" / "runs").glob("*.npz"):
         run = Run.load(path)
-        cell = ds["w2"].sel(solver=run.solver, beta=run.beta).sel(time=run.times)
+        var = "w2_coarse" if run.coarse else "w2"
+        cell = ds[var].sel(solver=run.solver, beta=run.beta).sel(time=run.times)
         assert np.array_equal(cell.values, run.w2), path.name
     # tokens and densities at the same times (the figures compare them panel by panel)
     dens_t = np.isfinite(ds["density"].sel(beta=4.0).values).any(axis=(1, 2))
@@ -98,6 +102,33 @@ def test_results_nc_holds_the_runs_and_round_trips(small_run, tmp_path):
     assert np.allclose(ds["limit_points"].values, [e, -e])
     again = io.save_dataset(ds, tmp_path / "again.nc")
     assert io.open_dataset(again).identical(ds)
+
+
+def test_run_checks_convergence_with_a_coarse_twin_of_every_curve(small_run):
+    out = small_run / "out"
+    ds = io.open_dataset(out / "results.nc")
+    assert list(ds["solver"].values) == ["particles", "spectral", "finite_volume"]
+    res, coarse = ds["resolution"], ds["coarse_resolution"]
+    assert res.sel(solver="particles").values.tolist() == [300, 300]
+    assert coarse.sel(solver="particles").values.tolist() == [75, 75]
+    assert coarse.sel(solver="finite_volume").values.tolist() == [4, 4]
+    # the verdict is the rule applied to the two stored curves
+    for s in ds["solver"].values:
+        for b in ds["beta"].values:
+            fine, crs = (ds[v].sel(solver=s, beta=b).values for v in ("w2", "w2_coarse"))
+            both = np.isfinite(fine) & np.isfinite(crs)
+            diff = np.max(np.abs(fine[both] - crs[both]))
+            assert ds["max_difference"].sel(solver=s, beta=b).item() == pytest.approx(diff)
+            ok = diff < ds.attrs["convergence_fraction"] * np.nanmin(fine) and \
+                np.isfinite(crs[np.isfinite(fine)]).all()
+            assert bool(ds["converged"].sel(solver=s, beta=b).item()) == ok
+    # the finite volumes start from the same rho_0 as the spectral density: at t = 0 they
+    # differ by the cell-average error of n = 8 cells (h ~ 0.19), a few 1e-2 in W2
+    fv0 = ds["w2"].sel(solver="finite_volume", time=0.0).values
+    sp0 = ds["w2"].sel(solver="spectral", time=0.0).values
+    assert np.all(np.abs(fv0 - sp0) < 0.05)
+    summary = (out / "summary.md").read_text()
+    assert "coarse" in summary and "converged" in summary and "finite_volume, β=4" in summary
 
 
 def test_plot_command_redraws_a_saved_run(small_run, tmp_path):

@@ -12,6 +12,16 @@ def test_default_scenario_is_valid():
     assert cfg["model"]["eigenvalues"] == sorted(DEFAULT["model"]["eigenvalues"], reverse=True)
 
 
+def test_finite_volume_defaults_adapt_to_the_scenario():
+    # the default finite-volume betas are those of run.betas it shares; none is an empty list
+    assert validate_config({"run": {"betas": [4.0, "inf"]}})["finite_volume"]["betas"] == [math.inf]
+    assert validate_config({"run": {"betas": [4.0]}})["finite_volume"]["betas"] == []
+    # Q = K = V = I in d = 5 (a sweep scenario): the finite volumes switch off by themselves
+    cfg = validate_config({"model": {"matrices": "identity", "d": 5},
+                           "initial": {"kind": "uniform"}, "spectral": {"enabled": False}})
+    assert cfg["finite_volume"]["enabled"] is False
+
+
 def test_user_file_overrides(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text('[run]\nbetas = [2.0, "inf"]\nt_end = 3.0\n[particles]\nn = 500\n')
@@ -35,6 +45,14 @@ def test_user_file_overrides(tmp_path):
         ({"model": {"normalized": False}}, r"needs model.normalized = true"),
         ({"spectral": {"lmax": 4}}, r"spectral.lmax must be >= 8"),
         ({"model": {"normalized": False}, "run": {"betas": [30.0]}}, r"run.betas must be <= 12"),
+        ({"finite_volume": {"betas": [3.0]}},
+         r"finite_volume.betas must be entries of run.betas .*not there: \['3'\]"),
+        ({"finite_volume": {"n": 2}}, r"finite_volume.n must be >= 4"),
+        ({"finite_volume": {"enabled": True}, "model": {"matrices": "identity", "d": 4},
+          "initial": {"kind": "uniform"}, "spectral": {"enabled": False}},
+         r"finite_volume.enabled = true needs model.matrices = \"rotation\""),
+        ({"convergence": {"fraction": 0.0}}, r"convergence.fraction must be > 0"),
+        ({"particles": {"n": 5}}, r"particles.n must be >= 8"),
     ],
 )
 def test_invalid_scenarios_name_the_key(user, match):

@@ -90,15 +90,20 @@ VALID = {
     "initial.weights": st.floats(0, 1).map(lambda w: [w, 1.0 - w]),
     "run.t_end": st.floats(1e-6, 1000),
     "run.n_times": st.integers(2, 10_000),
-    "particles.n": st.integers(2, 10**7),
+    "particles.n": st.integers(8, 10**7),  # >= 8: the convergence check runs n // 4
     "particles.seed": st.integers(0, 2**63 - 1),
     "particles.rtol": st.floats(1e-13, 1e-2),
     "spectral.enabled": st.booleans(),
     "spectral.lmax": st.integers(8, 1023),
     "spectral.t_end": st.floats(1e-6, 1000),
+    "finite_volume.enabled": st.booleans(),
+    "finite_volume.n": st.integers(4, 512),
+    "convergence.check": st.booleans(),
+    "convergence.fraction": st.floats(1e-6, 1.0),
     "output.dir": text,
 }
-assert set(VALID) | {"model.normalized", "model.rescale_time", "run.betas"} == {
+JOINT = {"model.normalized", "model.rescale_time", "run.betas", "finite_volume.betas"}
+assert set(VALID) | JOINT == {
     f"{s}.{k}" for s in DEFAULT for k in DEFAULT[s]}
 
 # The three keys with joint rules: SA any beta (and "inf"); USA beta <= 12, or <= 700 with
@@ -122,6 +127,9 @@ def valid_documents(draw):
     if rescale or draw(st.booleans()):
         doc["model"]["rescale_time"] = rescale
     doc.setdefault("run", {})["betas"] = betas
+    if draw(st.booleans()):  # finite volumes at some of the run's betas
+        doc.setdefault("finite_volume", {})["betas"] = draw(
+            st.lists(st.sampled_from(betas), unique=True, max_size=len(betas)))
     return doc
 
 
@@ -174,6 +182,15 @@ BAD = {
                                st.floats(8.5, 100.5)),
     "spectral.t_end": st.one_of(st.floats(max_value=0), st.floats(min_value=1000.001),
                                 non_finite),
+    "finite_volume.enabled": st.one_of(st.integers(), st.text(max_size=3)),
+    "finite_volume.n": st.one_of(st.integers(max_value=3), st.integers(min_value=513),
+                                 st.floats(4.5, 100.5)),
+    # not a list, not a beta, or a beta that run.betas (set to [1.0] below) lacks
+    "finite_volume.betas": st.one_of(st.integers(), st.text(max_size=3), st.just([-1.0]),
+                                     st.just([2.0])),
+    "convergence.check": st.one_of(st.integers(), st.text(max_size=3)),
+    "convergence.fraction": st.one_of(st.floats(max_value=0), st.floats(min_value=1.0001),
+                                      non_finite, anything_but_number),
     "output.dir": st.one_of(st.just(""), st.integers(), st.booleans(), st.just("a\x00b")),
 }
 assert set(BAD) == {f"{s}.{k}" for s in DEFAULT for k in DEFAULT[s]}
@@ -190,7 +207,7 @@ def invalid_documents(draw):
         name = draw(st.sampled_from(sorted(BAD)))
         section, key = name.split(".")
         doc.setdefault(section, {})[key] = draw(BAD[name])
-        if name in ("model.normalized", "model.rescale_time"):
+        if name in ("model.normalized", "model.rescale_time", "finite_volume.betas"):
             doc["run"]["betas"] = [1.0]  # keep the joint beta rules out of the way
         return doc, name
     if kind == "unknown key":

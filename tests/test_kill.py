@@ -29,6 +29,8 @@ n = 40
 [spectral]
 lmax = 8
 t_end = 0.25
+[finite_volume]
+n = 4
 """
 
 
@@ -62,7 +64,7 @@ def saved_runs(folder):
 def result_arrays(folder):
     """results.nc as arrays (wall times left out: they differ between runs) and its scenario."""
     ds = io.open_dataset(folder / "results.nc")
-    arrays = {k: ds[k].values for k in ds.variables if k != "seconds"}
+    arrays = {k: ds[k].values for k in ds.variables if k not in ("seconds", "seconds_coarse")}
     return arrays, {"scenario": json.loads(ds.attrs["scenario"])}
 
 

@@ -28,6 +28,10 @@ n_times = 3
 n = 30
 [spectral]
 enabled = false
+[finite_volume]
+enabled = false
+[convergence]
+check = false
 """
 
 

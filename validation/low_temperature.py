@@ -1,115 +1,456 @@
-"""docs/theory.md §3.1 and §3.4: the low-temperature concentration of Alcalde–Bungert–Riedl–Roith.
+"""The low-temperature concentration of Alcalde–Bungert–Riedl–Roith (docs/theory.md, §3.1–3.2).
 
-Tokens under SA with B = Q^T K a rotation and A = V B^T = diag(1, 0.4, 0) (gap gamma = 0.6).
-For beta = inf the distance W2(mu_t, Pi#mu_0) to the projected measure decays like
-e^{-gamma t/2} (dim E = 1). For finite beta it first follows the zero-temperature curve, reaches
-a minimum near t* ~ log beta, then departs (the bound sqrt(log(beta+1)/beta) e^{C1 t} + e^{-ct}).
-Late, the tokens gather on the dominant eigenvector of V itself (the terminal phase, docs/theory.md §3.4).
-A second model with dim E = 2 shows the slower sqrt(t) e^{-gamma t} approach.
+SA with B = Q^T K a rotation O (c = 1) and A = V B^T symmetric. The mean-field density
+rho^beta_t approaches the projected measure Pi#rho_0 while t <~ log beta, comes closest near
+t* ~ log beta, and then leaves it (the bound W2 <~ sqrt(log(beta+1)/beta) e^{C1 t} + e^{-ct});
+late, mass gathers on the dominant eigenspace of V itself (the terminal phase).
 
-Run: .venv/bin/python validation/low_temperature.py
+Three solvers compute the curve t -> W2(rho_t, Pi#rho_0) from one rho_0 (a von Mises–Fisher
+cap): particles with the harmonic field (N tokens), the finite-volume density (n cells along a
+cube edge) and the spectral density (while it is resolved). A curve is *converged* when two
+resolutions of one solver (N and 4N, or n and 2n) differ by less than 5% of its minimum over the
+whole interval; a converged curve is then compared with the other solvers. Fits use converged
+curves only.
+
+Every finished (scenario, solver, beta, resolution) piece is saved atomically under
+``validation/output/low_temperature[_quick]_runs/`` and reused by a rerun (``--fresh``
+recomputes); each records its wall and CPU seconds.
+
+Run:
+    .venv/bin/python validation/low_temperature.py --quick    # goal: < 10 minutes on 2 cores
+    .venv/bin/python validation/low_temperature.py            # the full study (hours)
 """
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
 import matplotlib.pyplot as plt
 import numpy as np
 
 import spherepde as sp
+from spherepde import io
 from spherepde.sphere import rotation_about_axis
+from spherepde.wasserstein.limit import _merge_atoms
 
-from _common import publish, table
+from _common import OUT, publish, table
+
+#: A curve is converged when its two finest resolutions differ by less than this fraction of
+#: its minimum, at every time.
+CONVERGED_FRACTION = 0.05
+#: Terminal phase: mass within this angle (radians) of V's dominant invariant subspace.
+TERMINAL_DELTA = 0.1
+VERSION = 1  # bump when the meaning of a saved piece changes
+
+SCENARIOS = {
+    # dim E = 1: A = diag(1, 0.4, 0), gap 0.6, Pi#rho_0 = m+ delta_e + m- delta_-e.
+    "E1": {"eigenvalues": [1.0, 0.4, 0.0], "gap": 0.6, "dimE": 1},
+    # dim E = 2: A = diag(1, 1, 0.4), gap 0.6, Pi#rho_0 lives on the great circle x3 = 0.
+    "E2": {"eigenvalues": [1.0, 1.0, 0.4], "gap": 0.6, "dimE": 2},
+}
+AXIS, ANGLE = [1.0, 1.0, 1.0], 0.9
+MEAN, KAPPA = [0.4, 0.3, 1.0], 1.5
 
 
-def run(model, x0, times):
-    traj = sp.ParticleSolver(model, rtol=1e-7, atol=1e-9).solve(x0, times)
-    curve = sp.w2_to_limit(traj, bound=False)
-    return traj, np.asarray(curve.values)
+@dataclass
+class Plan:
+    """What to run: betas, output times, and the resolutions of each solver."""
+    betas: list
+    t_end: float
+    n_times: int
+    particles: list          # token counts, coarse to fine (factor 4)
+    finite_volume: list      # cells along a cube edge, coarse to fine (factor 2)
+    spectral: list           # lmax values
+    scenarios: list = field(default_factory=lambda: ["E1", "E2"])
+    e2_betas: list | None = None  # betas for the dim E = 2 scenario (default: all)
+    fv_betas: list | None = None  # betas of the finite-volume runs (default: all)
+
+    @property
+    def times(self):
+        return np.linspace(0.0, self.t_end, self.n_times)
 
 
-def main():
-    O = rotation_about_axis([1.0, 1.0, 1.0], 0.9)
-    S = np.diag([1.0, 0.4, 0.0])
-    gamma = 0.6
-    rho0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
-    x0 = rho0.sample(3000, seed=0)
-    times = np.linspace(0, 14, 71)
-    betas = [4.0, 8.0, 16.0, 32.0, 64.0, 128.0, np.inf]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    rows, curves = [], {}
-    for beta in betas:
-        model = sp.Model(K=O, V=S @ O, beta=beta)
-        traj, w = run(model, x0, times)
-        curves[beta] = w
-        i = int(np.argmin(w))
-        rows.append((f"{beta:g}", float(w[i]), float(times[i]), float(w[-1])))
-        axes[0].semilogy(times, w, label=f"β = {beta:g}")
-        if beta == 4.0:
-            terminal = traj.positions[-1]
-    axes[0].semilogy(times, curves[np.inf][0] * np.exp(-gamma * times / 2), "k:", label="e^{-γt/2}")
-    axes[0].set_xlabel("t")
-    axes[0].set_ylabel("W2(μ_t, Π#μ_0), chordal")
-    axes[0].legend(fontsize=7)
-    axes[0].set_title("distance to the projected measure")
+#: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
+#: the curve only where the density stays wider than a few cells.
+QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
+             particles=[2000, 8000], finite_volume=[12, 24], spectral=[64],
+             e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf])
+FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
+            particles=[62500, 250000, 1000000], finite_volume=[64, 128, 256], spectral=[128])
 
-    # t* against log beta, and the depth of the minimum against sqrt(log(beta+1)/beta).
-    finite = [r for r in rows if r[0] != "inf"]
-    b = np.array([float(r[0]) for r in finite])
-    tstar = np.array([r[2] for r in finite])
-    wmin = np.array([r[1] for r in finite])
-    slope_t, icpt = np.polyfit(np.log(b), tstar, 1)
-    eps = np.sqrt(np.log(b + 1) / b)
-    slope_w = np.polyfit(np.log(eps), np.log(wmin), 1)[0]
-    axes[1].plot(np.log(b), tstar, "o-", label=f"t* = {slope_t:.2f} log β + {icpt:.2f}")
-    axes[1].set_xlabel("log β")
-    axes[1].set_ylabel("t* = argmin_t W2")
-    axes[1].legend(fontsize=8)
-    axes[1].set_title("time of closest approach")
 
-    # Zero temperature rate, dim E = 1 and dim E = 2.
-    # Fit window 3 <= t <= 8: after the initial transient, and before the finite-N regime where
-    # the few tokens nearest E^perp (distance ~ 1/N) dominate and the decay steepens towards gamma.
-    sel = (times >= 3) & (times <= 8)
-    rate1 = -np.polyfit(times[sel], np.log(curves[np.inf][sel]), 1)[0]
-    model2 = sp.Model(K=O, V=np.diag([1.0, 1.0, 0.4]) @ O, beta=np.inf)  # dim E = 2, gamma = 0.6
-    _, w2c = run(model2, x0, times)
-    # sqrt(t) e^{-gamma t}: fit log W2 - 0.5 log t against t
-    rate2 = -np.polyfit(times[sel], np.log(w2c[sel]) - 0.5 * np.log(times[sel]), 1)[0]
-    axes[2].semilogy(times, curves[np.inf], label="dim E = 1")
-    axes[2].semilogy(times, w2c, label="dim E = 2")
-    axes[2].set_xlabel("t")
-    axes[2].set_title("β = ∞")
-    axes[2].legend(fontsize=8)
+def model_for(scenario: str, beta: float) -> sp.Model:
+    O = rotation_about_axis(AXIS, ANGLE)
+    S = np.diag(SCENARIOS[scenario]["eigenvalues"])
+    return sp.Model(K=O, V=S @ O, beta=beta)
 
-    # Terminal phase (beta = 4, t = 14): where are the tokens relative to V's eigenvectors?
-    V = S @ O
+
+def initial():
+    return sp.measures.VonMisesFisher(MEAN, KAPPA)
+
+
+def beta_label(beta) -> str:
+    return "inf" if math.isinf(beta) else f"{beta:g}"
+
+
+def dominant_invariant_subspace(V: np.ndarray) -> np.ndarray:
+    """Orthonormal basis (d, k) of V's dominant invariant subspace (largest real part): the
+    eigenvector when that eigenvalue is real, the real plane of a complex pair otherwise."""
     ev, evec = np.linalg.eig(V)
     k = int(np.argmax(ev.real))
     if abs(ev[k].imag) < 1e-12:
-        v = np.real(evec[:, k]) / np.linalg.norm(np.real(evec[:, k]))
-        align = np.abs(terminal @ v)
-        terminal_text = (f"dominant eigenvalue of V: {ev[k].real:.4f} (real); median |<x, v>| of "
-                         f"the tokens at t = 14, beta = 4: {np.median(align):.4f}; against the "
-                         f"dominant eigenvector e of A: {np.median(np.abs(terminal @ np.eye(3)[0])):.4f}")
-    else:
-        P = np.linalg.qr(np.column_stack([evec[:, k].real, evec[:, k].imag]))[0]
-        align = np.linalg.norm(terminal @ P, axis=1)
-        terminal_text = (f"dominant eigenvalues of V: {ev[k]:.4f} (complex pair, by real part); "
-                         f"median norm of the tokens' projection on that invariant plane at "
-                         f"t = 14, beta = 4: {np.median(align):.4f} (1 = on the plane)")
-    text = ("W2 to Π#μ_0 (chordal, exact semi-discrete against the two atoms), N = 3000 tokens:\n\n"
-            + table(rows, ["beta", "min W2", "t at min", "W2 at t = 14"])
-            + f"\n\nClosest approach: t* = {slope_t:.2f} log β + {icpt:.2f} (docs/theory.md §3.1: t* ~ log β). "
-            f"Depth: min W2 ∝ (log(β+1)/β)^{{{slope_w / 2:.2f}}}, i.e. slope {slope_w:.2f} against "
-            "sqrt(log(β+1)/β) (the bound of docs/theory.md §3.1, W2 ≲ sqrt(log(β+1)/β) needs a slope >= 1). The largest "
-            "β flattens the trend: the kernel width "
-            f"1/sqrt(β) = {1 / np.sqrt(b[-1]):.3f} rad approaches the token spacing "
-            f"sqrt(4π/N) = {np.sqrt(4 * np.pi / x0.shape[0]):.3f} rad, where N = {x0.shape[0]} tokens no "
-            "longer behave like a density.\n\n"
-            f"Zero temperature: fitted rate {rate1:.4f} against γ/2 = {gamma / 2:.4f} (dim E = 1); "
-            f"{rate2:.4f} against γ = {gamma:.4f} for sqrt(t) e^{{-γt}} (dim E = 2), fitted on 3 <= t <= 8. "
-            "Later the curve steepens: with N tokens the nearest to E^perp sits at distance ~1/N, "
-            "and once the continuum of slow tokens is used up (t ~ log(N)/γ) each remaining token "
-            "decays at its own rate γ.\n\n"
-            f"Terminal phase (§3.2): {terminal_text}.")
-    publish("low_temperature", fig, "Low-temperature concentration (docs/theory.md §3.1, §3.4)", text)
+        v = np.real(evec[:, k])
+        return (v / np.linalg.norm(v))[:, None]
+    return np.linalg.qr(np.column_stack([evec[:, k].real, evec[:, k].imag]))[0]
+
+
+def terminal_fraction(points, weights, basis, delta=TERMINAL_DELTA) -> float:
+    """Mass within angle delta of the great sphere span(basis) ∩ S^2: |P_perp x| <= sin(delta)."""
+    perp = points - (points @ basis) @ basis.T
+    return float(weights[np.linalg.norm(perp, axis=1) <= math.sin(delta)].sum())
+
+
+def _w2_bracket(mu, limit):
+    r = sp.w2(mu, limit)
+    lo = getattr(r, "lower", None)
+    hi = getattr(r, "upper", None)
+    err = float(getattr(r, "error", 0.0))
+    v = float(r)
+    return v, (v - err if lo is None else float(lo)), (v + err if hi is None else float(hi))
+
+
+# ---------------------------------------------------------------------------- the pieces
+def run_particles(scenario, beta, n, times):
+    model = model_for(scenario, beta)
+    x0 = initial().sample(n, seed=0)
+    limit = model.limit_measure(sp.PointCloud(x0))  # Pi#mu^N_0, the particles' own limit
+    limit = _merge_atoms(limit) if SCENARIOS[scenario]["dimE"] == 1 else limit
+    basis = dominant_invariant_subspace(model.V)
+    w = np.full(n, 1.0 / n)
+    rows = []
+    keep = np.arange(min(n, 3000))
+    snaps = []
+
+    def on_output(i, t, x):
+        rows.append((*_w2_bracket(sp.PointCloud(x, w), limit), terminal_fraction(x, w, basis)))
+        snaps.append(x[keep].copy())
+
+    solver = sp.ParticleSolver(model, kernel="auto", rtol=1e-7, atol=1e-9)
+    traj = solver.solve(x0, times, callback=on_output, every=len(times), tokens=slice(0, 1))
+    arr = np.array(rows)
+    return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
+            "terminal": arr[:, 3], "snapshots": np.stack(snaps),
+            "kernel": str(getattr(solver, "kernel", "")),
+            "rhs_evaluations": int(traj.stats.get("nfev", -1)) if traj.stats else -1}
+
+
+def _density_rows(sol, model):
+    mu0 = sol.initial_measure
+    limit = model.limit_measure(mu0)
+    basis = dominant_invariant_subspace(model.V)
+    rows = []
+    for i in range(len(sol.times)):
+        m = sol.measure(i)
+        rows.append((*_w2_bracket(m, limit), terminal_fraction(m.points, m.weights, basis)))
+    return np.array(rows)
+
+
+def run_finite_volume(scenario, beta, n, times):
+    model = model_for(scenario, beta)
+    sol = sp.FiniteVolumeSolver(model, n).solve(initial(), times)
+    arr = _density_rows(sol, model)
+    return {"times": np.asarray(sol.times), "w2": arr[:, 0], "lower": arr[:, 1],
+            "upper": arr[:, 2], "terminal": arr[:, 3], "cells": sol.mesh.n_cells
+            if hasattr(sol, "mesh") else -1}
+
+
+def run_spectral(scenario, beta, lmax, times):
+    model = model_for(scenario, beta)
+    sol = sp.SpectralSolver(model, lmax=lmax).solve(initial(), times, stop_negative_mass=1e-3)
+    arr = _density_rows(sol, model)
+    return {"times": np.asarray(sol.times), "w2": arr[:, 0], "lower": arr[:, 1],
+            "upper": arr[:, 2], "terminal": arr[:, 3],
+            "stopped": str(sol.stats.get("stopped", ""))}
+
+
+RUNNERS = {"particles": run_particles, "finite_volume": run_finite_volume, "spectral": run_spectral}
+
+
+def piece(store, scenario, solver, beta, res, times, fresh=False):
+    """One (scenario, solver, beta, resolution) curve, computed once and saved atomically."""
+    spec = {"v": VERSION, "scenario": scenario, "solver": solver, "beta": beta_label(beta),
+            "res": res, "times": [float(times[0]), float(times[-1]), len(times)],
+            "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN, "kappa": KAPPA}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    path = store / f"{scenario}_{solver}_beta={beta_label(beta)}_res={res}_{key}.npz"
+    if path.exists() and not fresh:
+        try:
+            return io.load_npz(path)
+        except Exception as exc:  # a damaged piece is recomputed, never trusted
+            print(f"  {path.name}: unreadable ({exc}); recomputing", file=sys.stderr)
+    print(f"  running {scenario} {solver} beta={beta_label(beta)} res={res} ...", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    data = RUNNERS[solver](scenario, beta, res, times)
+    data["seconds"] = np.array(time.perf_counter() - t0)
+    data["cpu_seconds"] = np.array(time.process_time() - c0)
+    io.save_npz(path, meta=spec, **data)
+    print(f"    done in {float(data['seconds']):.1f} s (CPU {float(data['cpu_seconds']):.1f} s)",
+          flush=True)
+    return io.load_npz(path)
+
+
+# ---------------------------------------------------------------------------- analysis
+@dataclass
+class Curve:
+    scenario: str
+    solver: str
+    beta: float
+    res: int              # the finest resolution
+    times: np.ndarray
+    w2: np.ndarray        # at the finest resolution
+    coarse: np.ndarray | None  # the next-finer-but-one resolution, on the same times
+    seconds: dict         # resolution -> (wall seconds, CPU seconds over all threads)
+    terminal: np.ndarray
+
+    @property
+    def error(self) -> np.ndarray | None:
+        """|W2_fine - W2_coarse| at each time: the curve's own measured error."""
+        if self.coarse is None:
+            return None
+        n = min(len(self.w2), len(self.coarse))
+        return np.abs(self.w2[:n] - self.coarse[:n])
+
+    @property
+    def point_converged(self) -> np.ndarray:
+        err = self.error
+        if err is None:
+            return np.zeros(len(self.w2), bool)
+        ok = np.zeros(len(self.w2), bool)
+        ok[:len(err)] = err < CONVERGED_FRACTION * np.min(self.w2)
+        return ok
+
+    @property
+    def converged(self) -> bool:
+        err = self.error
+        return (err is not None and len(err) == len(self.times)
+                and bool(np.all(err < CONVERGED_FRACTION * np.min(self.w2))))
+
+    def minimum(self):
+        """(t*, min W2), the minimum refined by a parabola through the three nearest samples."""
+        i = int(np.argmin(self.w2))
+        t, w = self.times, self.w2
+        if 0 < i < len(w) - 1:
+            a, b, _ = np.polyfit(t[i - 1:i + 2], w[i - 1:i + 2], 2)
+            if a > 0:
+                ts = -b / (2 * a)
+                return float(ts), float(np.polyval([a, b, _], ts))
+        return float(t[i]), float(w[i])
+
+
+def collect(plan: Plan, store, fresh=False) -> list[Curve]:
+    curves = []
+    runs = [("particles", plan.particles), ("finite_volume", plan.finite_volume),
+            ("spectral", plan.spectral)]
+    for scenario in plan.scenarios:
+        betas = plan.betas if scenario == "E1" or plan.e2_betas is None else plan.e2_betas
+        for beta in betas:
+            for solver, resolutions in runs:
+                if not resolutions:
+                    continue
+                if solver == "finite_volume" and plan.fv_betas is not None \
+                        and beta not in plan.fv_betas:
+                    continue
+                data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh)
+                        for r in resolutions}
+                fine = data[resolutions[-1]]
+                coarse = data[resolutions[-2]]["w2"] if len(resolutions) > 1 else None
+                curves.append(Curve(scenario, solver, beta, resolutions[-1], fine["times"],
+                                    fine["w2"], coarse,
+                                    {r: (float(d["seconds"]), float(d.get("cpu_seconds", np.nan)))
+                                     for r, d in data.items()},
+                                    fine["terminal"]))
+    return curves
+
+
+def agreement(curves: list[Curve]):
+    """For each converged curve, the largest distance to every other solver's finest curve
+    (same scenario and beta, common times) beside that solver's own measured error."""
+    rows = []
+    for c in curves:
+        if not c.converged:
+            continue
+        for o in curves:
+            if (o is c or o.scenario != c.scenario or o.beta != c.beta):
+                continue
+            n = min(len(o.w2), len(c.w2))
+            diff = float(np.max(np.abs(o.w2[:n] - c.w2[:n])))
+            own = None if o.error is None else float(np.max(o.error[:n]))
+            rows.append((c.scenario, beta_label(c.beta), c.solver, o.solver, diff,
+                         "n/a" if own is None else own,
+                         "n/a" if own is None else ("yes" if diff <= own else "no")))
+    return rows
+
+
+def fit_rate(t, w, t0, t1, sqrt_t=False):
+    sel = (t >= t0) & (t <= t1) & (w > 0)
+    if sel.sum() < 3:
+        return float("nan")
+    y = np.log(w[sel]) - (0.5 * np.log(t[sel]) if sqrt_t else 0.0)
+    return float(-np.polyfit(t[sel], y, 1)[0])
+
+
+def report(plan: Plan, curves: list[Curve], wall: float, mode: str):
+    colors = {b: plt.cm.viridis(i / max(1, len(plan.betas) - 1)) for i, b in enumerate(plan.betas)}
+    colors[math.inf] = "k"
+    styles = {"particles": "-", "finite_volume": "--", "spectral": ":"}
+    fig, ax = plt.subplots(2, 3, figsize=(17, 9.5))
+    for k, scenario in enumerate(["E1", "E2"]):
+        a = ax[0, k]
+        for c in curves:
+            if c.scenario != scenario:
+                continue
+            lab = f"{c.solver} β={beta_label(c.beta)}" + ("" if c.converged else " (not converged)")
+            a.semilogy(c.times, c.w2, styles[c.solver], color=colors[c.beta],
+                       alpha=1.0 if c.converged else 0.45, label=lab, lw=1.3)
+        g = SCENARIOS[scenario]["gap"]
+        t = plan.times
+        ref = np.exp(-g * t / 2) if scenario == "E1" else np.sqrt(np.maximum(t, 1e-9)) * np.exp(-g * t)
+        a.semilogy(t, 0.6 * ref / ref[4], color="0.5", lw=0.8,
+                   label=r"$e^{-\gamma t/2}$" if scenario == "E1" else r"$\sqrt{t}\,e^{-\gamma t}$")
+        a.set_xlabel("t")
+        a.set_ylabel(r"$W_2(\rho_t, \Pi_\#\rho_0)$, chordal")
+        a.set_title(f"dim E = {SCENARIOS[scenario]['dimE']}")
+        a.legend(fontsize=6, ncol=2)
+        a.grid(alpha=0.3, which="both")
+
+    # Closest approach and depth, from converged finite-beta curves of the dim E = 1 scenario.
+    fits = {}
+    for solver in ("particles", "finite_volume"):
+        pts = [(c.beta, *c.minimum()) for c in curves if c.scenario == "E1" and c.solver == solver
+               and c.converged and math.isfinite(c.beta)]
+        if len(pts) < 2:
+            fits[solver] = None
+            continue
+        b, ts, wm = (np.array(v) for v in zip(*pts))
+        p = np.polyfit(np.log(b), ts, 1)
+        resid = ts - np.polyval(p, np.log(b))
+        r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
+        eps = np.sqrt(np.log(b + 1) / b)
+        q = np.polyfit(np.log(eps), np.log(wm), 1)
+        fits[solver] = {"betas": b, "tstar": ts, "wmin": wm, "slope": p[0], "intercept": p[1],
+                        "r2": r2, "exponent": q[0]}
+        ax[0, 2].plot(np.log(b), ts, "o" + styles[solver], label=(
+            f"{solver}: t* = {p[0]:.2f} log β + {p[1]:.2f}, R² = {r2:.3f}"))
+        ax[1, 0].loglog(eps, wm, "o" + styles[solver], label=f"{solver}: exponent {q[0]:.2f}")
+    ax[0, 2].set_xlabel(r"$\log\beta$")
+    ax[0, 2].set_ylabel(r"$t^* = \arg\min_t W_2$")
+    ax[0, 2].set_title("closest approach (converged curves, dim E = 1)")
+    ax[0, 2].legend(fontsize=7)
+    ax[1, 0].set_xlabel(r"$\sqrt{\log(\beta+1)/\beta}$")
+    ax[1, 0].set_ylabel(r"$\min_t W_2$")
+    ax[1, 0].set_title("depth of the minimum")
+    ax[1, 0].legend(fontsize=7)
+
+    # Early-phase rate per beta against the zero-temperature prediction.
+    rate_rows = []
+    for c in curves:
+        if c.solver == "spectral":
+            continue
+        g = SCENARIOS[c.scenario]["gap"]
+        tmin = c.minimum()[0]
+        t1 = 8.0 if math.isinf(c.beta) else max(1.5, 0.6 * tmin)
+        r = fit_rate(c.times, c.w2, 1.0, t1, sqrt_t=c.scenario == "E2")
+        pred = g / 2 if c.scenario == "E1" else g
+        rate_rows.append((c.scenario, c.solver, beta_label(c.beta), r, pred, f"[1, {t1:.2g}]",
+                          "yes" if c.converged else "no"))
+        if c.converged:
+            x = 1e4 if math.isinf(c.beta) else c.beta
+            ax[1, 1].semilogx(x, r / pred, "o" if c.scenario == "E1" else "s",
+                              color="C0" if c.solver == "particles" else "C1")
+    ax[1, 1].axhline(1.0, color="0.5", lw=0.8)
+    ax[1, 1].set_xlabel(r"$\beta$ ($\infty$ drawn at $10^4$)")
+    ax[1, 1].set_ylabel("early rate / prediction")
+    ax[1, 1].set_title(r"early phase: $\gamma/2$ (dim E = 1, o), $\gamma$ (dim E = 2, s)")
+
+    for c in curves:
+        if c.scenario == "E1" and c.solver != "spectral":
+            ax[1, 2].plot(c.times, c.terminal, styles[c.solver], color=colors[c.beta],
+                          label=f"{c.solver} β={beta_label(c.beta)}")
+    ax[1, 2].set_xlabel("t")
+    ax[1, 2].set_ylabel(f"mass within {TERMINAL_DELTA} rad of V's dominant subspace")
+    ax[1, 2].set_title("terminal phase (dim E = 1 scenario)")
+    ax[1, 2].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+
+    rows = []
+    for c in curves:
+        ts, wm = c.minimum()
+        err = c.error
+        rows.append((c.scenario, c.solver, beta_label(c.beta), c.res, wm, ts, float(c.w2[-1]),
+                     float(c.times[-1]), "n/a" if err is None else float(np.max(err)),
+                     "yes" if c.converged else "no",
+                     ", ".join(f"{r}: {w:.0f} s ({cpu:.0f} CPU s)"
+                               for r, (w, cpu) in c.seconds.items())))
+    text = [f"Mode `{mode}`; total wall time of this invocation {wall:.0f} s (pieces reused from "
+            "earlier runs count with the wall time they took). W2 is chordal, computed against "
+            "the solver's own Π#ρ0 (particles: the empirical half-sphere masses of their start).",
+            "", "Converged: the two finest resolutions (N and 4N tokens; n and 2n cells along a "
+            f"cube edge) differ by less than {CONVERGED_FRACTION:.0%} of the curve's minimum at "
+            "every output time.", "",
+            table(rows, ["scenario", "solver", "beta", "finest res", "min W2", "t*",
+                         "W2 at end", "end", "max |fine−coarse|", "converged", "wall time"])]
+    agree = agreement(curves)
+    if agree:
+        text += ["", "Agreement of converged curves with the other solvers (max over common "
+                 "times; the other solver's own error is its max |fine−coarse|):", "",
+                 table(agree, ["scenario", "beta", "converged solver", "other", "max |diff|",
+                               "other's error", "within"])]
+    for solver, f in fits.items():
+        if f is None:
+            text += ["", f"{solver}: fewer than two converged finite-β curves; no fit."]
+        else:
+            text += ["", f"{solver} (converged β = {', '.join(f'{b:g}' for b in f['betas'])}): "
+                     f"t* = {f['slope']:.3f} log β + {f['intercept']:.3f} (R² = {f['r2']:.4f}); "
+                     f"min W2 ∝ sqrt(log(β+1)/β)^{f['exponent']:.3f}."]
+    text += ["", "Early-phase rates (fitted log-slope; dim E = 2 fits log W2 − ½ log t):", "",
+             table(rate_rows, ["scenario", "solver", "beta", "rate", "prediction", "window",
+                               "converged"])]
+    return fig, "\n".join(text)
+
+
+def write_points(curves: list[Curve], path):
+    """Every point of every curve, marked converged or not."""
+    lines = ["scenario,solver,beta,t,w2_fine,w2_coarse,abs_diff,converged"]
+    for c in curves:
+        err = c.error
+        ok = c.point_converged
+        for i, t in enumerate(c.times):
+            coarse = "" if c.coarse is None or i >= len(c.coarse) else f"{c.coarse[i]:.8g}"
+            d = "" if err is None or i >= len(err) else f"{err[i]:.3g}"
+            lines.append(f"{c.scenario},{c.solver},{beta_label(c.beta)},{t:.6g},{c.w2[i]:.8g},"
+                         f"{coarse},{d},{int(ok[i])}")
+    io.write_text(path, "\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small resolutions (< 10 min, 2 cores)")
+    ap.add_argument("--fresh", action="store_true", help="recompute every piece")
+    args = ap.parse_args(argv)
+    plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
+    name = "low_temperature_quick" if args.quick else "low_temperature"
+    store = OUT / f"{name}_runs"
+    store.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    curves = collect(plan, store, args.fresh)
+    fig, text = report(plan, curves, time.perf_counter() - t0, mode)
+    write_points(curves, OUT / f"{name}_points.csv")
+    publish(name, fig, "Low-temperature concentration (docs/theory.md §3.1–3.2)", text)
 
 
 if __name__ == "__main__":

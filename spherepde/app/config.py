@@ -24,7 +24,7 @@ names the key and what it accepts.
     weights = [0.6, 0.4]             # bimodal only: masses of the two caps (sum 1)
 
     [run]
-    betas = [4.0, 16.0, 64.0, "inf"] # inverse temperatures <= 1e4; "inf" = zero temperature
+    betas = [4.0, 16.0, 64.0, 256.0, "inf"]  # inverse temperatures <= 1e4; "inf" = zero temp.
     t_end = 8.0                      # final time of the particle runs, <= 1000
     n_times = 41                     # output times, equally spaced in [0, t_end]
 
@@ -38,6 +38,16 @@ names the key and what it accepts.
     lmax = 128                       # spherical-harmonic degree
     t_end = 3.0                      # the density sharpens like e^{-(mu_1 - mu_3) t}; the run
                                      # also ends early once it is no longer resolved
+
+    [finite_volume]
+    enabled = true
+    n = 24                           # cells along a cube edge (6 n^2 cells), to run.t_end
+    betas = [256.0, "inf"]           # a subset of run.betas (its cost grows like n^3)
+
+    [convergence]
+    check = true                     # run every solver a second time, coarser (N/4 tokens,
+                                     # lmax/2, n/2 cells), to measure each curve's error
+    fraction = 0.05                  # converged: the two differ by < fraction * min W2
 
     [output]
     dir = "spherepde-output"
@@ -72,9 +82,11 @@ DEFAULT = {
     },
     "initial": {"kind": "vmf", "mean": [0.4, 0.3, 1.0], "kappa": 1.5,
                 "mean2": [-0.3, -1.0, -0.4], "weights": [0.6, 0.4]},
-    "run": {"betas": [4.0, 16.0, 64.0, "inf"], "t_end": 8.0, "n_times": 41},
+    "run": {"betas": [4.0, 16.0, 64.0, 256.0, "inf"], "t_end": 8.0, "n_times": 41},
     "particles": {"n": 4000, "seed": 0, "rtol": 1e-6},
     "spectral": {"enabled": True, "lmax": 128, "t_end": 3.0},
+    "finite_volume": {"enabled": True, "n": 24, "betas": [256.0, "inf"]},
+    "convergence": {"check": True, "fraction": 0.05},
     "output": {"dir": "spherepde-output"},
 }
 
@@ -239,6 +251,36 @@ def validate_config(user: dict | None) -> dict:
         raise ConfigError(f"model.d = {m['d']} needs spectral.enabled = false (the density "
                           "solver works on S^2)")
 
+    fv = cfg["finite_volume"]
+    # What the user wrote: the defaults adapt to the scenario (betas shared with run.betas,
+    # off for d != 3); what the user asked for explicitly is checked.
+    asked = user.get("finite_volume", {})
+    fv["enabled"] = _bool("finite_volume.enabled", fv["enabled"])
+    fv["n"] = _number("finite_volume.n", fv["n"], lo=4, hi=512, integer=True)
+    if not isinstance(fv["betas"], list):
+        raise ConfigError(f"finite_volume.betas must be a list of entries of run.betas; "
+                          f"got {fv['betas']!r}")
+    fv["betas"] = [_beta("finite_volume.betas", b) for b in fv["betas"]]
+    missing = [beta_text(b) for b in fv["betas"] if b not in r["betas"]]
+    if missing and "betas" in asked:
+        raise ConfigError(f"finite_volume.betas must be entries of run.betas "
+                          f"{[beta_text(b) for b in r['betas']]}; not there: {missing}")
+    fv["betas"] = [b for b in fv["betas"] if b in r["betas"]]
+    if m["d"] != 3 or m["matrices"] != "rotation":
+        if fv["enabled"] and "enabled" in asked:
+            raise ConfigError(f"finite_volume.enabled = true needs model.matrices = \"rotation\" "
+                              f"(d = 3): the finite-volume solver measures the distance to "
+                              f"Pi#rho_0 on S^2; got matrices = {m['matrices']!r}, d = {m['d']}")
+        fv["enabled"] = False
+
+    c = cfg["convergence"]
+    c["check"] = _bool("convergence.check", c["check"])
+    c["fraction"] = _number("convergence.fraction", c["fraction"], lo=0.0, lo_open=True, hi=1.0)
+    if c["check"] and p["n"] < 8:
+        raise ConfigError(f"convergence.check = true runs particles.n / 4 tokens as the coarse "
+                          f"resolution, so particles.n must be >= 8; got {p['n']} (or set "
+                          "convergence.check = false)")
+
     o = cfg["output"]
     if not isinstance(o["dir"], str) or not o["dir"] or "\0" in o["dir"]:
         raise ConfigError(f"output.dir must be a non-empty path string; got {o['dir']!r}")
@@ -259,6 +301,10 @@ def used_scenario(cfg: dict) -> dict:
     out["initial"] = {"kind": ini["kind"], **{k: ini[k] for k in INITIAL_KEYS[ini["kind"]]}}
     if not out["spectral"]["enabled"]:
         out["spectral"] = {"enabled": False}
+    if not out["finite_volume"]["enabled"] or not out["finite_volume"]["betas"]:
+        out["finite_volume"] = {"enabled": False}
+    if not out["convergence"]["check"]:
+        out["convergence"] = {"check": False}
     return out
 
 

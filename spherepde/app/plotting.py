@@ -210,13 +210,15 @@ def _tokens_at(ds, j, k, max_tokens=1500):
 # ---------------------------------------------------------------------------- W2 curves
 def plot_w2_curves(ds, path):
     r"""W2(ρ_t, Π#ρ_0) against t, log scale: one colour per β (solid: particles, dashed:
-    spectral), × where a run stops being resolved, and the zero-temperature rate
+    spectral, dash-dotted: finite volumes), × where a run stops being resolved, curves that failed
+    the convergence check drawn faint and labelled so, and the zero-temperature rate
     :math:`e^{-\gamma t/2}` for reference."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     betas = ds["beta"].values
     palette = plt.get_cmap("tab10")
-    style = {"particles": "-", "spectral": "--"}
+    style = {"particles": "-", "spectral": "--", "finite_volume": "-."}
     w2 = ds["w2"].values
+    checked = "converged" in ds and "coarse_resolution" in ds
     t = ds["time"].values
     lo, hi = np.inf, 0.0
     marked = False
@@ -227,8 +229,13 @@ def plot_w2_curves(ds, path):
                 continue
             tt, ww = t[ok], np.maximum(w2[i, j][ok], 1e-16)
             lo, hi = min(lo, ww.min()), max(hi, ww.max())
+            label = f"{str(solver).replace('_', ' ')}, {beta_tex(float(beta))}"
+            faint = False
+            if checked and int(ds["coarse_resolution"].values[i, j]) > 0:
+                faint = not bool(ds["converged"].values[i, j])
+                label += " (not converged)" if faint else " (converged)"
             ax.semilogy(tt, ww, style.get(str(solver), ":"), color=palette(j % 10), lw=1.6,
-                        label=f"{solver}, {beta_tex(float(beta))}")
+                        alpha=0.45 if faint else 1.0, label=label)
             tu = float(ds["unresolved_from"].values[i, j])
             if np.isfinite(tu):
                 k = int(np.argmin(np.abs(tt - tu)))

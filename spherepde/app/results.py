@@ -4,6 +4,11 @@ Layout (CF-style units and long names on every variable):
 
 - ``w2`` (solver, beta, time): W2(ρ_t, Π#ρ_0), chordal; NaN where a run has no output
   (a spectral run covers a shorter window and may stop early);
+- ``resolution`` (solver, beta): tokens, lmax or cells along a cube edge of the run;
+- with the convergence check: ``w2_coarse`` (solver, beta, time), the same curve at the coarser
+  resolution ``coarse_resolution`` (solver, beta); ``max_difference`` (solver, beta), the largest
+  |W2 - W2_coarse| at common times; ``converged`` (solver, beta), 1 when it stays below
+  ``convergence_fraction`` (an attribute) of the curve's minimum at every time, else 0;
 - ``seconds`` (solver, beta), ``note`` (solver, beta): wall time and why a run stopped or was
   unresolved ("" when it was neither), ``unresolved_from`` (solver, beta): the time from which
   the curve no longer measures the dynamics (NaN when resolved throughout);
@@ -30,7 +35,7 @@ __all__ = ["results_dataset", "load_results", "RESULTS_NAME", "SOLVERS"]
 
 RESULTS_NAME = "results.nc"
 #: The solver axis of results.nc, in this order.
-SOLVERS = ("particles", "spectral")
+SOLVERS = ("particles", "spectral", "finite_volume")
 
 
 def _union(arrays):
@@ -67,20 +72,41 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     """
     import xarray as xr
 
+    from .scenario import convergence
+
     runs = list(runs)
+    coarse_runs = {(r.solver, float(r.beta)): r for r in runs if getattr(r, "coarse", False)}
+    runs = [r for r in runs if not getattr(r, "coarse", False)]
+    fraction = float(cfg.get("convergence", {}).get("fraction", 0.05))
     betas = np.array(sorted({float(r.beta) for r in runs}), dtype=np.float64)
     solvers = [s for s in SOLVERS if any(r.solver == s for r in runs)]
     times = _union([r.times for r in runs])
     snaps = _union([r.snapshot_times for r in runs])
     S, B, T = len(solvers), betas.size, times.size
     w2 = np.full((S, B, T), np.nan)
+    w2_coarse = np.full((S, B, T), np.nan)
+    resolution = np.zeros((S, B), dtype=np.int64)
+    coarse_resolution = np.zeros((S, B), dtype=np.int64)
+    max_difference = np.full((S, B), np.nan)
+    converged = np.zeros((S, B), dtype=np.int8)
     seconds = np.full((S, B), np.nan)
+    seconds_coarse = np.full((S, B), np.nan)
     unresolved_from = np.full((S, B), np.nan)
     note = np.full((S, B), "", dtype=object)
     dens = pos = None
     for r in runs:
         i, j = solvers.index(r.solver), int(np.searchsorted(betas, float(r.beta)))
         w2[i, j] = _place(times, r.times, r.w2)
+        resolution[i, j] = int(getattr(r, "resolution", 0))
+        c = coarse_runs.get((r.solver, float(r.beta)))
+        if c is not None:
+            keep = np.isin(np.round(c.times, 12), np.round(times, 12))
+            w2_coarse[i, j] = _place(times, np.asarray(c.times)[keep], np.asarray(c.w2)[keep])
+            coarse_resolution[i, j] = int(c.resolution)
+            seconds_coarse[i, j] = c.seconds
+            check = convergence(r, c, fraction)
+            max_difference[i, j] = check["max_difference"]
+            converged[i, j] = int(check["converged"])
         seconds[i, j] = r.seconds
         notes = dict(r.notes or {})
         if notes:
@@ -102,6 +128,9 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
                {**one, "long_name": "W2 distance to the projected measure Pi#rho_0",
                 "cost": "chordal |x - y|^2"}),
         "seconds": (("solver", "beta"), seconds, {"units": "s", "long_name": "wall time of the run"}),
+        "resolution": (("solver", "beta"), resolution,
+                       {**one, "long_name": "resolution: tokens N, lmax, or cells n along a cube "
+                        "edge"}),
         "unresolved_from": (("solver", "beta"), unresolved_from,
                             {**one, "long_name": "time from which the run is no longer resolved "
                              "(NaN: resolved throughout)"}),
@@ -116,6 +145,21 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
                                 {**one, "long_name": "orthonormal basis of E, the eigenspace of "
                                  "the largest eigenvalue of A"}),
     }
+    if coarse_runs:
+        data.update({
+            "w2_coarse": (("solver", "beta", "time"), w2_coarse,
+                          {**one, "long_name": "W2 to Pi#rho_0 at the coarse resolution "
+                           "(N/4 tokens, lmax/2, n/2 cells)", "cost": "chordal |x - y|^2"}),
+            "coarse_resolution": (("solver", "beta"), coarse_resolution,
+                                  {**one, "long_name": "resolution of the coarse run"}),
+            "seconds_coarse": (("solver", "beta"), seconds_coarse,
+                               {"units": "s", "long_name": "wall time of the coarse run"}),
+            "max_difference": (("solver", "beta"), max_difference,
+                               {**one, "long_name": "max |W2 - W2_coarse| at common times"}),
+            "converged": (("solver", "beta"), converged,
+                          {**one, "long_name": "1: max_difference < convergence_fraction * "
+                           "min W2 over the whole interval, 0: not converged or not checked"}),
+        })
     coords = {"solver": ("solver", np.array(solvers, dtype=str), {"long_name": "solver"}),
               "beta": ("beta", betas, {**one, "long_name": "inverse temperature beta "
                                        "(inf: zero temperature)"}),
@@ -139,6 +183,8 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     attrs = {**io.global_attrs("spherepde run: low-temperature concentration on S^2", "run"),
              "scenario": io.to_json(cfg, indent=None),
              "cost": "chordal"}
+    if coarse_runs:
+        attrs["convergence_fraction"] = fraction
     if gap is not None:
         attrs["spectral_gap"] = float(gap)
     if rate:

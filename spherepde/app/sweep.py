@@ -6,7 +6,8 @@ A sweep file names a base scenario, the axes to sweep and what to measure per ta
 
     [sweep]
     base = "scenario.toml"        # optional: a scenario file (path relative to this file)
-    solver = "particles"          # the solver each task runs: "particles" or "spectral"
+    solver = "particles"          # the solver each task runs: "particles", "spectral" or
+                                  # "finite_volume" (cells: finite_volume.n)
     measures = ["w2", "t_star", "min_w2", "clusters", "single_cluster"]
     cluster_tol = 1e-2            # chordal distance under which tokens count as one cluster
     out = "sweep-output"          # output folder (relative to the current directory)
@@ -56,6 +57,7 @@ import numpy as np
 
 from .. import io
 from .config import DEFAULT, ConfigError, validate_config
+from .scenario import SOLVERS
 
 try:  # Python >= 3.11
     import tomllib
@@ -185,13 +187,13 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         axes = {"run.betas": list(base.get("run", {}).get("betas", merged["run"]["betas"])),
                 **axes}
     solver = sw.get("solver", "particles")
-    if solver not in ("particles", "spectral"):
-        _fail(f"sweep.solver must be \"particles\" or \"spectral\"; got {solver!r}")
+    if solver not in SOLVERS:
+        _fail(f"sweep.solver must be one of {list(SOLVERS)}; got {solver!r}")
     measures = tuple(sw.get("measures", MEASURES))
     bad = [m for m in measures if m not in MEASURES]
     if bad or not measures:
         _fail(f"sweep.measures must name some of {list(MEASURES)}; got {list(measures)!r}")
-    if solver == "spectral":
+    if solver != "particles":  # clusters are counted among tokens
         measures = tuple(m for m in measures if m not in ("clusters", "single_cluster"))
     tol = sw.get("cluster_tol", 1e-2)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 2:

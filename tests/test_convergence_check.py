@@ -1,0 +1,54 @@
+"""The main job's convergence check: two resolutions of one solver, compared at common times."""
+import math
+
+import numpy as np
+import pytest
+
+from spherepde.app.config import validate_config
+from spherepde.app.scenario import Run, Task, convergence, tasks_of
+
+T = np.linspace(0.0, 4.0, 9)
+CURVE = 0.5 * np.exp(-0.3 * T) + 0.1  # minimum 0.1 + 0.5 e^-1.2 at the last time
+
+
+def run(w2, times=T, coarse=False):
+    return Run("particles", 16.0, np.asarray(times), np.asarray(w2), 1.0, coarse=coarse)
+
+
+def test_identical_resolutions_are_converged():
+    chk = convergence(run(CURVE), run(CURVE, coarse=True), 0.05)
+    assert chk["max_difference"] == 0.0 and chk["converged"] and chk["until"] == 4.0
+    assert chk["threshold"] == pytest.approx(0.05 * CURVE.min(), rel=1e-15)
+
+
+def test_one_point_beyond_the_threshold_fails_the_check():
+    thr = 0.05 * CURVE.min()
+    inside = CURVE.copy()
+    inside[3] += 0.9 * thr
+    assert convergence(run(CURVE), run(inside, coarse=True), 0.05)["converged"]
+    outside = CURVE.copy()
+    outside[3] += 1.1 * thr  # the threshold is relative to the minimum, not to the local value
+    chk = convergence(run(CURVE), run(outside, coarse=True), 0.05)
+    assert not chk["converged"] and chk["max_difference"] == pytest.approx(1.1 * thr)
+
+
+def test_a_coarse_run_that_ended_early_does_not_count_as_converged():
+    chk = convergence(run(CURVE), run(CURVE[:5], T[:5], coarse=True), 0.05)
+    assert chk["max_difference"] == 0.0 and chk["until"] == T[4] and not chk["converged"]
+    assert not convergence(run(CURVE), None, 0.05)["converged"]
+    assert math.isnan(convergence(run(CURVE), None, 0.05)["max_difference"])
+
+
+def test_every_fine_task_gets_its_coarse_twin():
+    cfg = validate_config({"run": {"betas": [4.0, 256.0, "inf"]},
+                           "finite_volume": {"n": 16, "betas": [256.0, "inf"]}})
+    tasks = tasks_of(cfg)
+    fine = [(t.solver, t.beta, t.resolution) for t in tasks if not t.coarse]
+    coarse = [(t.solver, t.beta, t.resolution) for t in tasks if t.coarse]
+    assert len(fine) == len(coarse) == 3 + 3 + 2
+    halve = {"particles": 4, "spectral": 2, "finite_volume": 2}
+    assert coarse == [(s, b, r // halve[s]) for s, b, r in fine]
+    assert len({t.key for t in tasks}) == len({t.filename for t in tasks}) == len(tasks)
+    off = validate_config({"convergence": {"check": False}})
+    assert not any(t.coarse for t in tasks_of(off))
+    assert Task("spectral", 4.0, cfg, coarse=True).resolution == 64
