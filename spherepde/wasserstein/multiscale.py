@@ -648,6 +648,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 # chunks and stop as soon as it is narrow enough (the marginal error of the
                 # plan says nothing about the width by itself).
                 chunk, it_stage, om = check_chunk, 0, omega
+                prev_width = np.inf
                 while True:
                     it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
                     it_stage += it
@@ -667,6 +668,12 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                               f"t {time.perf_counter() - t0:.1f}")
                     if width <= tol or err <= 1e-5 or it_stage >= max_iter:
                         break
+                    # The plan's entropic bias (about eps on W2^2) does not iterate away: once
+                    # a chunk closes less than a quarter of what is missing, eps is too large
+                    # (or at its floor) and more iterations at this eps are wasted.
+                    if prev_width - width < 0.25 * (width - tol):
+                        break
+                    prev_width = width
                     chunk = min(2 * chunk, max_iter - it_stage)
                 total_iter += it_stage
                 entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)
