@@ -694,6 +694,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                "levels": [(hx[i].n, hy[j].n) for i, j in pairs], "nnz": S.nnz,
                "final_levels": (hx[fx].n, hy[fy].n),
                "quantization": (quantization_error(hx[fx]), quantization_error(hy[fy])),
+               "coarse_lower_bound": w2_low,
                "residual_mass": resid, "stages": log,
                "seconds_hierarchy": t_hier, "seconds": time.perf_counter() - t0}
     return lower, upper, details
