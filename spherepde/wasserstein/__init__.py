@@ -114,7 +114,9 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     **options
         exact: ``numItermax``. semidiscrete: ``gap_tol`` (certificate gap on W2^2).
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
-        (truncation), ``max_iter``, ``quantize``, ``seed``, ``verbose``.
+        (truncation), ``max_iter`` (per final stage), ``check_chunk`` (iterations before the
+        first bracket test), ``quantize`` (largest quantization error of a side stopped at a
+        clustering; default from tol and a coarse lower bound on W2), ``seed``, ``verbose``.
 
     Returns
     -------

@@ -162,11 +162,11 @@ def quantization_error(level):
 
 
 # ---------------------------------------------------------------------------------- kernels
-@nb.njit(parallel=True, cache=True)
+@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
 def _pair_costs(rows, cols, P, Q, op, oq, geodesic):
     out = np.empty(rows.size)
     d = P.shape[1]
-    for k in nb.prange(rows.size):
+    for k in range(rows.size):
         i, j = rows[k], cols[k]
         s = 0.0
         for t in range(d):
@@ -219,22 +219,22 @@ def _softmin(indptr, idx, cost, other, logw, eps, pot, omega):
     return err
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
 def _plan_rows(indptr, idx, cost, u, v, eps):
     n = indptr.size - 1
     out = np.empty(cost.size)
-    for k in nb.prange(n):
+    for k in range(n):
         for p in range(indptr[k], indptr[k + 1]):
             out[p] = np.exp((u[k] + v[idx[p]] - cost[p]) / eps)
     return out
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
 def _best_partner(indptr, idx, cost, pot):
     """Per row k of a sparse support, the column l minimizing c_kl - pot_l (-1 if empty)."""
     n = indptr.size - 1
     out = np.full(n, -1, np.int64)
-    for k in nb.prange(n):
+    for k in range(n):
         best = np.inf
         for p in range(indptr[k], indptr[k + 1]):
             v = cost[p] - pot[idx[p]]
@@ -570,7 +570,9 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
         Final ε, if given (the bracket is then computed once, at that ε).
     quantize : float, optional
         A side may stop at a clustering whose quantization error (W2 to its barycentres) is
-        below this (chordal only; default tol/2): used for measures on curves and atoms.
+        below this (chordal only). Default: sqrt(tol W2_low / 4), at least tol/2, with W2_low
+        a certified lower bound on W2 from the coarsest clusterings (see
+        :func:`_quantization_budget`).
 
     Returns
     -------
@@ -646,6 +648,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 # chunks and stop as soon as it is narrow enough (the marginal error of the
                 # plan says nothing about the width by itself).
                 chunk, it_stage, om = check_chunk, 0, omega
+                prev_width = np.inf
                 while True:
                     it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
                     it_stage += it
@@ -665,6 +668,12 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                               f"t {time.perf_counter() - t0:.1f}")
                     if width <= tol or err <= 1e-5 or it_stage >= max_iter:
                         break
+                    # The plan's entropic bias (about eps on W2^2) does not iterate away: once
+                    # a chunk closes less than a quarter of what is missing, eps is too large
+                    # (or at its floor) and more iterations at this eps are wasted.
+                    if prev_width - width < 0.25 * (width - tol):
+                        break
+                    prev_width = width
                     chunk = min(2 * chunk, max_iter - it_stage)
                 total_iter += it_stage
                 entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)
@@ -685,6 +694,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                "levels": [(hx[i].n, hy[j].n) for i, j in pairs], "nnz": S.nnz,
                "final_levels": (hx[fx].n, hy[fy].n),
                "quantization": (quantization_error(hx[fx]), quantization_error(hy[fy])),
+               "coarse_lower_bound": w2_low,
                "residual_mass": resid, "stages": log,
                "seconds_hierarchy": t_hier, "seconds": time.perf_counter() - t0}
     return lower, upper, details

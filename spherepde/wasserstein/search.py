@@ -100,7 +100,7 @@ def _angle(u, v):
     return 2.0 * np.arctan2(np.sqrt(s1), np.sqrt(s2))
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
 def _cones(P, lo, hi):
     """Per node: centre direction z, half-angle rho, r_min, r_max of the points P[lo:hi]."""
     nn = lo.size
@@ -109,7 +109,7 @@ def _cones(P, lo, hi):
     rho = np.empty(nn)
     rmin = np.empty(nn)
     rmax = np.empty(nn)
-    for k in nb.prange(nn):
+    for k in range(nn):
         s = np.zeros(d)
         r0, r1 = np.inf, 0.0
         for p in range(lo[k], hi[k]):
