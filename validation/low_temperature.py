@@ -256,7 +256,8 @@ class Curve:
         return float(t[i]), float(w[i])
 
 
-def collect(plan: Plan, store, fresh=False, compute=True, missing=None) -> list[Curve]:
+def collect(plan: Plan, store, fresh=False, compute=True, missing=None,
+            only_betas=None) -> list[Curve]:
     """The curves of the plan. With ``compute=False`` only saved pieces are used: a curve whose
     finest piece is missing falls back to the finest saved one (without a coarse partner it
     cannot be converged), and the missing pieces are appended to ``missing``."""
@@ -273,7 +274,8 @@ def collect(plan: Plan, store, fresh=False, compute=True, missing=None) -> list[
                     else plan.fv_betas
                 if solver == "finite_volume" and fv_betas is not None and beta not in fv_betas:
                     continue
-                data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh, compute)
+                run_it = compute and (only_betas is None or beta in only_betas)
+                data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh, run_it)
                         for r in resolutions}
                 for r, d in data.items():
                     if d is None and missing is not None:
@@ -458,18 +460,23 @@ def main(argv=None):
     ap.add_argument("--fresh", action="store_true", help="recompute every piece")
     ap.add_argument("--report-only", action="store_true",
                     help="compute nothing: report from the pieces saved so far, listing the rest")
+    ap.add_argument("--only-betas", nargs="+", metavar="BETA",
+                    help="compute only these betas (e.g. inf 16); report the others from saved "
+                         "pieces, like --report-only")
     args = ap.parse_args(argv)
+    only = None if args.only_betas is None else [float(b) for b in args.only_betas]
     plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
     name = "low_temperature_quick" if args.quick else "low_temperature"
     store = OUT / f"{name}_runs"
     store.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     missing = []
-    curves = collect(plan, store, args.fresh, compute=not args.report_only, missing=missing)
+    curves = collect(plan, store, args.fresh, compute=not args.report_only, missing=missing,
+                     only_betas=only)
     fig, text = report(plan, curves, time.perf_counter() - t0, mode)
     if missing:
         text = (f"**Partial:** {len(missing)} pieces of the `{mode}` plan were not computed "
-                f"(`--report-only`); their curves are missing or fall back to the coarser piece "
+                f"(`--report-only` / `--only-betas`); their curves are missing or fall back to the coarser piece "
                 f"and cannot count as converged: {'; '.join(missing)}.\n\n" + text)
     write_points(curves, OUT / f"{name}_points.csv")
     publish(name, fig, "Low-temperature concentration (docs/theory.md §3.1–3.2)", text)
