@@ -215,6 +215,15 @@ def _bound(k, y, y2, z, cr, sr, rmin, rmax, alpha, beta, e):
 
 
 @nb.njit(cache=True)
+def _sqnorm(v):
+    """|v|^2 of a query, which both tree searches need for their node bounds."""
+    out = 0.0
+    for t in range(v.size):
+        out += v[t] * v[t]
+    return out
+
+
+@nb.njit(cache=True)
 def _cost(P, p, y, geodesic):
     s = 0.0
     for t in range(y.size):
@@ -234,15 +243,13 @@ def _cost(P, p, y, geodesic):
 @nb.njit(parallel=True, cache=True)
 def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Yb, perp2, init,
           geodesic):
-    m, d = Y.shape
+    m = Y.shape[0]
     val = np.empty(m)
     arg = np.empty(m, np.int64)
     for j in nb.prange(m):
         y = Y[j]
         yb = Yb[j]  # the bounds see the query projected onto the span of the points
-        y2 = 0.0
-        for t in range(d):
-            y2 += yb[t] * yb[t]
+        y2 = _sqnorm(yb)
         best, bk = np.inf, -1
         if init[j] >= 0:
             bk = init[j]
@@ -281,13 +288,11 @@ def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y,
             geodesic, indptr, out, fill):
     """Points with c - f <= thr[j]: counts[j] (fill False, written to indptr[j + 1]) or their
     indices into out[indptr[j]:indptr[j + 1]] (fill True)."""
-    m, d = Y.shape
+    m = Y.shape[0]
     for j in nb.prange(m):
         y = Y[j]
         yb = Yb[j]  # the bounds see the query projected onto the span of the points
-        y2 = 0.0
-        for t in range(d):
-            y2 += yb[t] * yb[t]
+        y2 = _sqnorm(yb)
         stack = np.empty(256, np.int64)
         stack[0] = 0
         top = 1
