@@ -88,7 +88,7 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
                 solver = FiniteVolumeSolver(model, n, path="harmonic", **kw)
                 build = time.perf_counter() - t0
                 if name == "reference":  # the velocity criterion alone, as before the flux one
-                    solver.operator.wants_edge_density = False
+                    solver.operator.wants_edge_density = False  # (flux_criterion=False)
                 m = solver.initial_masses(mu)
                 op = solver.operator
                 solver.field(0.0, m)  # compile

@@ -457,13 +457,17 @@ class CellHarmonic(VelocityOperator):
         None (default): the harmonic module's own level ``FALLBACK_FACTOR * tol`` (1e-10);
         :class:`FiniteVolumeSolver` passes its ``velocity_tol`` (default :data:`VELOCITY_TOL`).
 
+    flux_criterion : bool
+        Judge a target by the flux it feeds (:meth:`attention`, ``edge_density``; default)
+        or by its velocity alone.
+
     ``stats``: targets evaluated and those summed over caps, cumulative.
     """
 
     name = "harmonic"
 
     def __init__(self, model, mesh: CubedSphere, targets, order: int = 2, planned: bool = True,
-                 velocity_tol: float | None = None):
+                 velocity_tol: float | None = None, flux_criterion: bool = True):
         from ..interaction.harmonic import FALLBACK_FACTOR, HarmonicField, PlannedField
 
         super().__init__(model, mesh.centers, mesh.areas, (), targets)
@@ -474,6 +478,7 @@ class CellHarmonic(VelocityOperator):
         if not 0.0 < velocity_tol < 1.0:
             raise ValueError(f"velocity_tol must lie in (0, 1); got {velocity_tol}")
         self.velocity_tol = velocity_tol
+        self.wants_edge_density = bool(flux_criterion)
         nodes, w = mesh.cell_quadrature(order)
         self.cell_nodes = nodes
         self.cell_node_weights = w / w.sum(axis=1, keepdims=True)
@@ -492,9 +497,6 @@ class CellHarmonic(VelocityOperator):
             return self.plan.moments(self._node_weights(rho))
         return self.harmonic.moments_of_cells(self.cell_nodes, self.cell_node_weights,
                                               self.weights * rho)
-
-    #: :class:`EdgeVelocity` passes the reconstructed density at the targets (SA only)
-    wants_edge_density = True
 
     def attention(self, rho, coefficients=None, edge_density=None):
         """Attention output at the targets (..., 3). With ``edge_density`` (targets' shape,
@@ -535,6 +537,8 @@ class EdgeVelocity:
         (``mesh.face_points``); it gets the cell averages, clipped at 0 (the positivity step
         control keeps them >= 0; only limiter="none" or cfl > 1 can make one negative). A
         field that does not depend on the density (beta = inf) is computed once.
+        An operator with ``wants_edge_density`` also gets :meth:`edge_density` (its accuracy
+        criterion is then the flux's, :class:`CellHarmonic`).
     velocity : callable velocity(t, x), x: (..., 3) -> (..., 3), optional
         A prescribed velocity instead (transport test cases).
     """
