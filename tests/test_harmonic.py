@@ -11,7 +11,7 @@ import spherepde as sp
 
 from spherepde.interaction.fused import attention_numba
 from spherepde.interaction.harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, HarmonicField,
-                                            attention_harmonic)
+                                            PlannedField, attention_harmonic)
 
 TOL = DEFAULT_TOL
 BETAS = [0.5, 16.0, 256.0, 1000.0]
@@ -75,6 +75,32 @@ def test_matches_direct_kernel(d, kind, normalized, beta):
     # a general B, whose bound also carries the Chebyshev coefficients' 1e-13 accuracy floor)
     share = 0.05 if kind == "rotation" else 0.2
     assert field.stats["fallback"] <= share * field.stats["queries"]
+
+
+@pytest.mark.parametrize("kind", ["rotation", "general"])
+@pytest.mark.parametrize("normalized", [True, False])
+@pytest.mark.parametrize("beta", [16.0, 256.0])
+def test_planned_field_keeps_the_error_model(kind, normalized, beta):
+    B, V = matrices(3, kind)
+    y, w = cloud(3, 2000, seed=3)
+    x = np.concatenate([y[:300], cloud(3, 300, seed=13)[0]])
+    field = HarmonicField(B, V, beta, normalized)
+    plan = PlannedField(field, x, nodes=y)
+    mom, ref_mom = plan.moments(w), field.moments(y, w)
+    # both are the sums sum_j w_j conj Y_lm(y_j), each to ducc0's eps times |w| max|Y_lm|
+    # (|Y_lm| <= sqrt((2L+1)/4pi)), so they differ by at most twice that
+    ymax = math.sqrt((2 * field.degree + 1) / (4 * math.pi))
+    assert np.abs(mom.coefficients - ref_mom.coefficients).max() <= \
+        2 * field.nufft_eps * w.sum() * ymax
+    ref = attention_numba(x, y @ B.T, y @ V.T, w, beta, normalized)
+    att, bound = field.attention(x, mom, return_bound=True, plan=plan)
+    err = np.abs(att - ref).max(axis=1) / np.abs(ref).max()
+    # the unplanned path's per-query bound holds for the planned one (its only approximation
+    # is a NUFFT at the same eps)
+    assert np.all(err[np.isfinite(bound)] <= bound[np.isfinite(bound)])
+    assert np.isfinite(bound).mean() > 0.5  # the check is not vacuous
+    with pytest.raises(ValueError, match="own 600 queries"):
+        field.attention(x[:5], mom, plan=plan)
 
 
 def test_degree_is_the_first_that_meets_the_multiplier_tail():
