@@ -18,6 +18,7 @@ recomputes); each records its wall and CPU seconds.
 
 Run:
     .venv/bin/python validation/low_temperature.py --quick    # goal: < 10 minutes on 2 cores
+    .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens (about an hour)
     .venv/bin/python validation/low_temperature.py            # the full study (hours)
 """
 from __future__ import annotations
@@ -79,8 +80,13 @@ class Plan:
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
 #: the curve only where the density stays wider than a few cells.
 QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
-             particles=[2000, 8000], finite_volume=[12, 24], spectral=[32, 64],
-             e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf], e2_fv_betas=[math.inf])
+             particles=[1000, 4000], finite_volume=[8, 16], spectral=[32, 64],
+             e2_betas=[16.0, math.inf], fv_betas=[16.0, math.inf], e2_fv_betas=[math.inf])
+#: --medium: four times the tokens and 1.5x the cells of --quick (about an hour on 2 cores).
+MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
+              particles=[2000, 8000], finite_volume=[12, 24], spectral=[32, 64],
+              e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf],
+              e2_fv_betas=[math.inf])
 FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
             particles=[62500, 250000, 1000000], finite_volume=[64, 128, 256], spectral=[128])
 
@@ -458,7 +464,10 @@ def write_points(curves: list[Curve], path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small resolutions (< 10 min, 2 cores)")
+    scale = ap.add_mutually_exclusive_group()
+    scale.add_argument("--quick", action="store_true", help="small resolutions (< 10 min, 2 cores)")
+    scale.add_argument("--medium", action="store_true",
+                       help="4x the tokens of --quick, 1.5x the cells (about an hour)")
     ap.add_argument("--fresh", action="store_true", help="recompute every piece")
     ap.add_argument("--report-only", action="store_true",
                     help="compute nothing: report from the pieces saved so far, listing the rest")
@@ -467,8 +476,9 @@ def main(argv=None):
                          "pieces, like --report-only")
     args = ap.parse_args(argv)
     only = None if args.only_betas is None else [float(b) for b in args.only_betas]
-    plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
-    name = "low_temperature_quick" if args.quick else "low_temperature"
+    plan, mode = ((QUICK, "quick") if args.quick else (MEDIUM, "medium") if args.medium
+                  else (FULL, "full"))
+    name = "low_temperature" if mode == "full" else f"low_temperature_{mode}"
     store = OUT / f"{name}_runs"
     store.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
