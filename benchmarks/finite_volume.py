@@ -1,17 +1,24 @@
 """Finite-volume solver (issue 10): the cost of a step and the concentration curves. The
 transport errors against the standard test cases are validation/transport.py.
 
-1. ``cost``: wall time of one right-hand side (reconstruction + fluxes) and of one SSPRK3
-   step of the zero-temperature dynamics at n = 64 ... 256 (6·256² = 393 216 cells), as a
-   ratio to one numpy pass over the cell array (a memory-bound reference measured in the
-   same run), with the numba thread count.
-2. ``concentration``: W2(rho_t, Pi#rho0) (chordal) in the default scenario (B = rotation by
-   0.9 about (1,1,1), A = diag(1, 0.4, 0), vMF(mean (0.4,0.3,1), kappa 1.5)) to t = 14 at
-   several n and beta; at beta = inf against the closed form of the zero-temperature flow.
+1. ``cost``: wall time of the face velocities, of one right-hand side and of one SSPRK3 step
+   at n = 32 ... 256 (6·256² = 393 216 cells). At finite beta (default scenario) two velocity
+   paths in the same run, at the initial state and at a concentrated one: the reference
+   (ducc0's non-equispaced SHT at every call, exact sums past the harmonic module's 1e-10)
+   and the default (planned transforms, the flux criterion of ``velocity_tol``); at beta = inf
+   the scheme alone, as a ratio to one numpy pass over the cell array.
+2. ``concentration``: W2(rho_t, Pi#rho0) (chordal) in the default scenario
+   (spherepde.app.config.DEFAULT: B = rotation by 0.9 about (1,1,1), A = diag(1, 0.4, 0),
+   vMF(mean (0.4,0.3,1), kappa 1.5)) to t = 14 at several n and beta, each run saved as it
+   ends; at beta = inf against the closed form of the zero-temperature flow.
+3. ``table``: saved runs of one beta side by side, and whether the finest two agree within
+   5% of the curve's minimum at every output time.
 
 Run (from the repository root, so that this checkout's spherepde is imported):
-      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py cost [--n 64 128 256]
-      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py concentration [--beta inf 16]
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py cost --beta 16 [--n 32 64]
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py concentration --beta 16 \
+          --n 16 32 64 --path harmonic --out runs/fv
+      PYTHONPATH=. .venv/bin/python benchmarks/finite_volume.py table runs/fv_beta=16_n=*.npz
 """
 from __future__ import annotations
 
@@ -22,30 +29,82 @@ import time
 import numpy as np
 
 
-def cost(ns, repeat):
+def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
+    """Wall time of the face velocities, of one right-hand side and of one SSPRK3 step at
+    each n, at beta = inf (the zero-temperature field, computed once) or at a finite beta of
+    the default scenario. At finite beta, two states: the initial vMF and a concentrated one
+    (two vMF caps of concentration 20 at +-e, e the dominant direction: the shape rho_t
+    takes on its way to Pi#rho0), and two velocity paths measured in the same run: the
+    reference (ducc0's non-equispaced SHT at every call, exact cap sums past the harmonic
+    module's own level 1e-10; up to n = ref_max_n, and ref_max_n_concentrated for the
+    concentrated state, where its cap sums cost O(n^4)) and the default (planned transforms,
+    exact cap sums past VELOCITY_TOL). Times are the best of ``repeat``."""
     import numba
 
     import spherepde as sp
-    from spherepde.density.finite_volume import FiniteVolumeSolver
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+    from spherepde.density.finite_volume import VELOCITY_TOL, FiniteVolumeSolver
 
-    model = sp.Model(K=np.eye(3), V=np.diag([1.0, 0.4, 0.0]), beta=math.inf)
-    print(f"numba threads: {numba.get_num_threads()}")
-    print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | step / pass |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"numba threads: {numba.get_num_threads()}, beta = {beta:g}")
+    best = lambda fn: min(_timed(fn) for _ in range(repeat))
+    if math.isinf(beta):
+        model = sp.Model(K=np.eye(3), V=np.diag([1.0, 0.4, 0.0]), beta=math.inf)
+        print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | step / pass |")
+        print("|---|---|---|---|---|---|---|")
+        for n in ns:
+            t0 = time.perf_counter()
+            solver = FiniteVolumeSolver(model, n)
+            build = time.perf_counter() - t0
+            m = solver.initial_masses(sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5))
+            un = solver.field(0.0, m)
+            solver.fv.tendency(m, un)  # compile
+            rhs = best(lambda: solver.fv.tendency(m, un))
+            dt = solver.cfl / solver.fv.tendency(m, un)[1]
+            step = best(lambda: solver.run(m, [0.0, dt]))  # one step of the positivity control
+            ref = best(lambda: np.sqrt(m * 2.0 + 1.0).sum())
+            print(f"| {n} | {solver.mesh.n_cells} | {build:.2f} | {1e3 * rhs:.2f} | "
+                  f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
+        return
+    model = build_model(DEFAULT, beta)
+    e = model.dominant_subspace()[:, 0]
+    states = {"initial": build_initial(DEFAULT),
+              "concentrated": sp.measures.Mixture([sp.measures.VonMisesFisher(e, 20.0),
+                                                   sp.measures.VonMisesFisher(-e, 20.0)],
+                                                  [0.5, 0.5])}
+    paths = {"reference": dict(planned=False, velocity_tol=1e-10),
+             "default": dict(planned=True, velocity_tol=VELOCITY_TOL)}
+    print("| n | cells | state | path | plan s | velocity ms | rhs ms | SSPRK3 step ms | "
+          "exact-sum share | rhs ref/default |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in ns:
-        t0 = time.perf_counter()
-        solver = FiniteVolumeSolver(model, n)
-        build = time.perf_counter() - t0
-        m = solver.initial_masses(sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5))
-        un = solver.field(0.0, m)
-        solver.fv.tendency(m, un)  # compile
-        best = lambda fn: min(_timed(fn) for _ in range(repeat))
-        rhs = best(lambda: solver.fv.tendency(m, un))
-        dt = solver.cfl / solver.fv.tendency(m, un)[1]
-        step = best(lambda: solver.run(m, [0.0, dt]))  # one step of the positivity control
-        ref = best(lambda: np.sqrt(m * 2.0 + 1.0).sum())
-        print(f"| {n} | {solver.mesh.n_cells} | {build:.2f} | {1e3 * rhs:.2f} | "
-              f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
+        for state, mu in states.items():
+            rhs_of = {}
+            for name, kw in paths.items():
+                top = ref_max_n if state == "initial" else ref_max_n_concentrated
+                if name == "reference" and n > top:
+                    continue
+                t0 = time.perf_counter()
+                solver = FiniteVolumeSolver(model, n, path="harmonic", **kw)
+                build = time.perf_counter() - t0
+                if name == "reference":  # the velocity criterion alone, as before the flux one
+                    solver.operator.wants_edge_density = False  # (flux_criterion=False)
+                m = solver.initial_masses(mu)
+                op = solver.operator
+                solver.field(0.0, m)  # compile
+                op.stats.update(queries=0, fallback=0)
+                vel = best(lambda: solver.field(0.0, m))
+                share = op.stats["fallback"] / max(op.stats["queries"], 1)
+                rhs = best(lambda: solver.tendency(0.0, m))
+                dt = solver.cfl / solver.tendency(0.0, m)[1]
+                step = best(lambda: solver.run(m, [0.0, dt]))
+                rhs_of[name] = rhs
+                ratio = (f"{rhs_of['reference'] / rhs:.2f}"
+                         if name == "default" and "reference" in rhs_of else "")
+                print(f"| {n} | {solver.mesh.n_cells} | {state} | {name} | {build:.1f} | "
+                      f"{1e3 * vel:.1f} | {1e3 * rhs:.1f} | {1e3 * step:.1f} | {share:.3f} | "
+                      f"{ratio} |", flush=True)
+                del solver, op
 
 
 def exact_w2_zero_temperature(model, mu0, times, n_phi=256, per_panel=20):
@@ -79,38 +138,76 @@ def exact_w2_zero_temperature(model, mu0, times, n_phi=256, per_panel=20):
     return np.array(out)
 
 
-def concentration(ns, betas, t_end, n_out):
-    """W2(rho_t, Pi#rho0) in the default scenario for each beta and n; at beta = inf also its
-    error against the closed form."""
+def concentration(ns, betas, t_end, n_out, path, velocity_tol, out, segment=4):
+    """W2(rho_t, Pi#rho0) in the default scenario (spherepde.app.config.DEFAULT) for each beta
+    and n; at beta = inf also its error against the closed form. Each finished run is saved
+    at once to ``<out>_beta=<b>_n=<n>.npz`` (times, W2 curve, wall time, steps, fallback)."""
     import spherepde as sp
-    from spherepde.sphere import rotation_about_axis
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
     from spherepde.density.finite_volume import FiniteVolumeSolver
 
-    O = rotation_about_axis([1, 1, 1], 0.9)
-    mu0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
+    mu0 = build_initial(DEFAULT)
     times = np.linspace(0.0, t_end, n_out)
     print("| beta | n | h | min W2 | t at min | W2(t_end) | max error vs closed form | steps | "
-          "wall s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    curves = {}
+          "exact-sum share of targets | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for beta in betas:
-        model = sp.Model(K=O, V=np.diag([1.0, 0.4, 0.0]) @ O, beta=beta)
+        model = build_model(DEFAULT, beta)
         ref = exact_w2_zero_temperature(model, mu0, times) if math.isinf(beta) else None
         for n in ns:
-            solver = FiniteVolumeSolver(model, n)
+            solver = FiniteVolumeSolver(model, n, path=path, velocity_tol=velocity_tol)
             t0 = time.perf_counter()
-            sol = solver.solve(mu0, times)
+            # in segments of ``segment`` output intervals, each started from the cell averages
+            # the last one ended with, so that a run stopped early leaves its curve so far
+            vals, steps, state = [], 0, mu0
+            for a in range(0, times.size - 1, segment):
+                seg = times[a: a + segment + 1]
+                sol = solver.solve(state, seg)
+                sol.initial_measure = mu0  # W2 to Pi#rho0 of the run's own rho0
+                w = np.asarray(sp.w2_to_limit(sol).values)
+                vals.extend(w if a == 0 else w[1:])
+                steps += sol.stats["steps"]
+                state = sol.averages(len(seg) - 1)
+                done = times[: len(vals)]
+                np.savez(f"{out}_beta={beta:g}_n={n}.partial.npz", times=done, w2=np.array(vals),
+                         wall=time.perf_counter() - t0, steps=steps, h=solver.mesh.h)
             wall = time.perf_counter() - t0
-            vals = np.asarray(sp.w2_to_limit(sol).values)
-            curves[(beta, n)] = vals
+            vals = np.array(vals)
             i = int(np.argmin(vals))
             err = "" if ref is None else f"{np.max(np.abs(vals - ref)):.3e}"
+            st = getattr(solver.operator, "stats", {})
+            share = st.get("fallback", 0) / max(st.get("queries", 0), 1)
             print(f"| {beta:g} | {n} | {solver.mesh.h:.4f} | {vals[i]:.4e} | {times[i]:.2f} | "
-                  f"{vals[-1]:.4e} | {err} | {sol.stats['steps']} | {wall:.0f} |", flush=True)
+                  f"{vals[-1]:.4e} | {err} | {steps} | {share:.3f} | {wall:.0f} |",
+                  flush=True)
+            np.savez(f"{out}_beta={beta:g}_n={n}.npz", times=times, w2=vals, wall=wall,
+                     steps=steps, fallback_share=share, h=solver.mesh.h)
         if ref is not None:
             print("closed form W2(t):", np.array2string(ref, precision=4), flush=True)
-    np.savez("fv_concentration.npz", times=times,
-             **{f"beta={b:g}_n={n}": v for (b, n), v in curves.items()})
+
+
+def convergence_table(files):
+    """The curves of several saved runs (same beta) side by side, over the output times all of
+    them reached (a ``.partial`` file holds a run stopped early), and whether the two finest
+    differ by at most 5% of the finest curve's minimum there."""
+    runs = sorted((float(np.load(f)["h"]), f) for f in files)
+    data = [np.load(f) for _, f in runs]
+    k = min(d["w2"].size for d in data)
+    t = data[0]["times"][:k] if data[0]["times"].size >= k else data[-1]["times"][:k]
+    print("| t | " + " | ".join(f"h = {h:.4f}" for h, _ in runs) + " |")
+    print("|---" * (len(runs) + 1) + "|")
+    for j in range(0, k, max(1, k // 15)):
+        print(f"| {t[j]:.2f} | " + " | ".join(f"{d['w2'][j]:.4f}" for d in data) + " |")
+    fine, next_ = data[0]["w2"][:k], data[1]["w2"][:k]
+    diff = np.abs(fine - next_)
+    print(f"finest two up to t = {t[-1]:.2f}: max |difference| {diff.max():.4f} at t = "
+          f"{t[np.argmax(diff)]:.2f}; 5% of the finest minimum {0.05 * fine.min():.4f}: "
+          f"{'within' if diff.max() <= 0.05 * fine.min() else 'not within'}")
+    for (h, f), d in zip(runs, data):
+        share = float(d["fallback_share"]) if "fallback_share" in d.files else float("nan")
+        print(f"{f}: to t = {d['times'][d['w2'].size - 1]:.2f}, wall {float(d['wall']):.0f} s, "
+              f"steps {int(d['steps'])}, exact-sum share {share:.3f}")
 
 
 def _timed(fn):
@@ -121,14 +218,25 @@ def _timed(fn):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["cost", "concentration"])
+    p.add_argument("what", choices=["cost", "concentration", "table"])
     p.add_argument("--beta", type=float, nargs="+", default=[math.inf])
     p.add_argument("--t-end", type=float, default=14.0)
     p.add_argument("--n-out", type=int, default=57)
     p.add_argument("--n", type=int, nargs="+")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--path", default="auto")
+    p.add_argument("--ref-max-n", type=int, default=128,
+                   help="cost: the reference path only up to this n")
+    p.add_argument("--ref-max-n-concentrated", type=int, default=32)
+    p.add_argument("--velocity-tol", type=float, default=1e-7)
+    p.add_argument("--out", default="fv_concentration")
+    p.add_argument("files", nargs="*", help="table: the saved runs of one beta")
     a = p.parse_args()
     if a.what == "cost":
-        cost(a.n or [64, 128, 256], a.repeat)
+        cost(a.n or [32, 64, 128, 256], a.repeat, a.beta[0], a.ref_max_n,
+             a.ref_max_n_concentrated)
+    elif a.what == "table":
+        convergence_table(a.files)
     else:
-        concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out)
+        concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out, a.path, a.velocity_tol,
+                      a.out)

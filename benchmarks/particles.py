@@ -8,7 +8,12 @@
 3. With a CUDA GPU and torch: float32 pair interactions per second at N = 2^20, d = 3, and the
    max abs error against float64 (target: >= 0.5e12 pairs/s, error <= 1e-5). Skipped without.
 
+4. ``--numpy-crossover``: the library's numpy reference kernel against the fused numba kernel
+   for N = 64 .. 2048 at beta = 4, 64, 1000 (best of 7, same run), which places
+   ``spherepde.interaction.AUTO_NUMBA_SIZE``.
+
 Usage: python benchmarks/particles.py [--n 16384] [--n-memory 100000] [--repeat 3]
+       [--numpy-crossover]
 """
 from __future__ import annotations
 
@@ -116,6 +121,25 @@ def gpu(n=1 << 20, d=3, beta=5.0):
                 device=torch.cuda.get_device_name())
 
 
+def numpy_crossover(repeat=7):
+    """Seconds of the numpy reference and the fused numba kernel, N x N, per (beta, N)."""
+    from spherepde.interaction.fused import attention_numba
+    from spherepde.interaction.reference import attention_numpy
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for beta in (4.0, 64.0, 1000.0):
+        for n in (64, 128, 256, 512, 1024, 2048):
+            x = rng.normal(size=(n, 3))
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            w = np.full(n, 1.0 / n)
+            attention_numba(x, x, x, w, beta, True)  # compile / warm the threads
+            t_np, _ = best_time(lambda: attention_numpy(x, x, x, w, beta, True), repeat)
+            t_nb, _ = best_time(lambda: attention_numba(x, x, x, w, beta, True), repeat)
+            rows.append((beta, n, t_np, t_nb))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16384)
@@ -123,8 +147,16 @@ def main(argv=None):
     ap.add_argument("--beta", type=float, default=5.0)
     ap.add_argument("--n-memory", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--numpy-crossover", action="store_true",
+                    help="only the numpy-vs-numba timings that place AUTO_NUMBA_SIZE")
     args = ap.parse_args(argv)
     import numba
+
+    if args.numpy_crossover:
+        print(f"{'beta':>6}{'N':>6}{'numpy [ms]':>12}{'numba [ms]':>12}{'numpy/numba':>13}")
+        for beta, n, a, b in numpy_crossover():
+            print(f"{beta:>6g}{n:>6}{a * 1e3:>12.3f}{b * 1e3:>12.3f}{a / b:>13.2f}")
+        return
 
     print(f"# particles benchmark: {os.cpu_count()} CPU(s), numba {numba.__version__} with "
           f"{numba.config.NUMBA_NUM_THREADS} threads, numpy {np.__version__}")

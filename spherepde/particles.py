@@ -169,6 +169,82 @@ class Trajectory:
                 f"t=[{self.times[0]:g}, {self.times[-1]:g}], {self.kind})")
 
 
+class _KernelChooser:
+    """``kernel="auto"`` during a run: the harmonic or the fused numba kernel, whichever the
+    last measured evaluations say is cheaper.
+
+    The harmonic kernel's cost grows as the tokens concentrate: more queries look into
+    regions of exponentially little mass and are summed exactly over their caps
+    (:class:`spherepde.interaction.harmonic.HarmonicField`), so a choice made once from the
+    initial cloud can be wrong by 5-10x late in a run. Each evaluation is timed; the kernel
+    in use is dropped as soon as its time exceeds the other one's last time, and the other
+    one is tried again after ``probe`` evaluations, an interval that doubles each time the
+    trial confirms the current choice (either switch needs a margin of MARGIN, against noise) (so a losing kernel costs O(log(steps)) evaluations).
+    Both kernels agree to the harmonic tolerance (about 100 tol relative), far below the
+    step tolerance, so the choice changes the trajectory only at that level.
+    """
+
+    PROBE = 16
+    #: The other kernel must be this much faster to take over (timings are noisy).
+    MARGIN = 1.25
+
+    def __init__(self, field, model, first: str, clock=None):
+        import time
+
+        self.clock = time.perf_counter if clock is None else clock
+        self.field = field
+        self.model = model
+        self.current = first
+        self.last = {"harmonic": None, "numba": None}
+        self.calls = {"harmonic": 0, "numba": 0}
+        self.seconds = {"harmonic": 0.0, "numba": 0.0}
+        self.switches = 0
+        self.probe = self.PROBE
+        self.until_probe = self.PROBE
+
+    def _other(self, name):
+        return "numba" if name == "harmonic" else "harmonic"
+
+    def __call__(self, x, weights):
+        trial = self.until_probe <= 0
+        name = self._other(self.current) if trial else self.current
+        start = self.clock()
+        if name == "harmonic":
+            out = self.field.attention_of_points(x, x, weights)
+        else:
+            out = self.model.attention(x, x, weights, kernel="numba")
+        dt = self.clock() - start
+        self.last[name] = dt
+        self.calls[name] += 1
+        self.seconds[name] += dt
+        other = self._other(self.current)
+        if trial:
+            if self.MARGIN * dt < self.last[self.current]:
+                self.current, self.probe = name, self.PROBE
+                self.switches += 1
+            else:
+                self.probe *= 2
+            self.until_probe = self.probe
+        else:
+            self.until_probe -= 1
+            if self.last[other] is not None and dt > self.MARGIN * self.last[other]:
+                self.current, self.probe, self.until_probe = other, self.PROBE, self.PROBE
+                self.switches += 1
+        return out
+
+    def stats(self) -> dict:
+        """Evaluations and seconds per kernel, and the number of switches."""
+        out = {"kernel_switches": self.switches}
+        for k in ("harmonic", "numba"):
+            out[f"evaluations_{k}"] = self.calls[k]
+            out[f"seconds_{k}"] = round(self.seconds[k], 3)
+        return out
+
+    def summary(self) -> str:
+        return (f"harmonic {self.calls['harmonic']} / numba {self.calls['numba']} evaluations, "
+                f"{self.switches} switches")
+
+
 class ParticleSolver:
     r"""Integrate the particle system :math:`\dot x_i = X[\mu^N](x_i)` on S^{d-1}.
 
@@ -188,9 +264,12 @@ class ParticleSolver:
         zero-temperature flow in ``tests/test_timestepping.py`` and ``tests/test_particles.py``.
     kernel : str
         Interaction kernel of :data:`spherepde.interaction.KERNELS`: "auto" (numpy for small
-        problems, the fused numba kernel from N·N >= 2^20, the harmonic kernel on S^1/S^2
-        where it is faster; resolved once per ``solve`` from N), "numpy", "numba", "torch",
-        "harmonic" (its degree L is ``harmonic_degree`` and shown in the repr), ...
+        problems, the fused numba kernel from N·N >= :data:`spherepde.interaction.AUTO_NUMBA_SIZE`;
+        on S^1/S^2 it starts with the harmonic kernel where the cost model says it is faster
+        and then, during the run, keeps whichever of harmonic and numba its timed evaluations
+        show to be cheaper: the trajectory's ``stats`` count the evaluations of each),
+        "numpy", "numba", "torch", "harmonic" (its degree L is ``harmonic_degree`` and shown
+        in the repr), ...
     harmonic_tol : float, optional
         Truncation tolerance of the harmonic kernel (default
         :data:`spherepde.interaction.harmonic.DEFAULT_TOL` = 1e-12): L is the smallest degree
@@ -243,6 +322,7 @@ class ParticleSolver:
         self._kernel_used = kernel  # "auto" is resolved once per solve, from N
         self.harmonic_degree = None
         self._field = None
+        self._chooser = None
         self._note_kernel(kernel)
 
     def _note_kernel(self, kernel):
@@ -273,6 +353,8 @@ class ParticleSolver:
     # ------------------------------------------------------------------ the field
     def attention(self, x, weights) -> np.ndarray:
         """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d)."""
+        if self._chooser is not None:
+            return self._chooser(x, weights)
         if self._field is not None:
             return self._field.attention_of_points(x, x, weights)
         return self.model.attention(x, x, weights, kernel=self._kernel_used)
@@ -342,12 +424,20 @@ class ParticleSolver:
         cloud = self._prepare(x0, weights, normalize)
         times = _check_times(times)
         every = self._check_every(every)
+        self._chooser = None
         if self.kernel == "auto" and not self.model.zero_temperature:
             from . import interaction
 
             m = self.model
-            self._note_kernel(interaction.resolve_kernel("auto", cloud.n, cloud.n,
-                                                         kappa=m.beta * m.B_norm, d=m.d))
+            first = interaction.resolve_kernel("auto", cloud.n, cloud.n,
+                                               kappa=m.beta * m.B_norm, d=m.d)
+            if first in ("harmonic", "numba") and interaction.harmonic_applies(
+                    cloud.n, cloud.n, kappa=m.beta * m.B_norm, d=m.d):
+                self._note_kernel("harmonic")  # the chooser needs the field either way
+                self._kernel_used = "auto"
+                self._chooser = _KernelChooser(self._field, m, first)
+            else:
+                self._note_kernel(first)
         sel = self._selection(cloud.n, tokens)
         T = times.size
         kept = [i for i in range(T) if i % every == 0 or i == T - 1]
@@ -375,6 +465,8 @@ class ParticleSolver:
                                  keep=lambda i: False)
         except StepSizeError as exc:
             raise StepSizeError(f"{exc}. {self._step_hint()}") from None
+        if self._chooser is not None:
+            stats.update(self._chooser.stats())
         return Trajectory(times[kept], np.stack(stored), select(w), self.model, cloud,
                           token_index=sel, stats=stats, kind="ode", settings=self._settings())
 
@@ -456,9 +548,11 @@ class ParticleSolver:
         step = (f"rtol={self.rtol}, atol={self.atol}" if self.tableau.adaptive
                 else f"dt={self.dt}")
         kernel = f"kernel={self.kernel!r}"
-        if self._kernel_used != self.kernel:
+        if self._chooser is not None:
+            kernel += f" (last run: {self._chooser.summary()})"
+        elif self._kernel_used != self.kernel:
             kernel += f" (last run: {self._kernel_used!r})"
-        if self.harmonic_degree is not None and self._kernel_used == "harmonic":
+        if self.harmonic_degree is not None and self._kernel_used in ("harmonic", "auto"):
             kernel += f", L={self.harmonic_degree}"
             if self.harmonic_tol is not None:
                 kernel += f", harmonic_tol={self.harmonic_tol:g}"

@@ -59,6 +59,12 @@ class Tableau:
     def adaptive(self) -> bool:
         return self.b_err is not None
 
+    @property
+    def fsal(self) -> bool:
+        """First same as last: the last stage is f(t + dt, y_new) (its row of a is b, c = 1),
+        so it is the next step's first stage (Dormand–Prince)."""
+        return bool(abs(self.c[-1] - 1.0) < 1e-14 and np.array_equal(self.a[-1], self.b))
+
 
 SCHEMES: dict[str, Tableau] = {}
 
@@ -107,13 +113,20 @@ def _add(y, dy):
     return y + dy
 
 
-def rk_step(f: Callable, t: float, y, dt: float, tab: Tableau, retract: Callable = _add):
+def rk_step(f: Callable, t: float, y, dt: float, tab: Tableau, retract: Callable = _add,
+            k0=None, stages: list | None = None):
     """One step of the tableau. Returns (y_new, error_estimate or None).
 
-    f(t, y) -> dy/dt; retract(y, dy) maps an increment to the new state.
+    f(t, y) -> dy/dt; retract(y, dy) maps an increment to the new state. ``k0``, when given,
+    is f(t, y) already computed (the first stage is then not evaluated again); ``stages``, a
+    list, receives the stage derivatives (for first-same-as-last reuse).
     """
-    k = []
+    k = [] if stages is None else stages
+    k.clear()
     for i in range(tab.stages):
+        if i == 0 and k0 is not None:
+            k.append(k0)
+            continue
         if i == 0:
             yi = y
         else:
@@ -223,6 +236,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         return out, stats
     if adaptive:
         h = dt if dt is not None else None
+    k_first, k_stages = None, []
     for i in range(1, len(times)):
         t0, t1 = times[i - 1], times[i]
         limit = cap(t0, y)
@@ -245,6 +259,8 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                     raise FloatingPointError(f"the right-hand side is NaN or inf at t = {t}: "
                                              "check the initial state and the model's parameters")
             while t < t1:
+                # f(t, y) is known when the last step was rejected (same t, y) or when the
+                # tableau is FSAL: the first stage is not evaluated again
                 if stats["steps"] + stats["rejected"] > max_steps:
                     raise RuntimeError(f"more than {max_steps} steps; the problem may be stiff "
                                        "or the tolerances too tight")
@@ -252,8 +268,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                     h = min(h, limit)
                 last = t + h >= t1 - 1e-12 * max(1.0, abs(t1))
                 hh = t1 - t if last else h
-                y_new, err = rk_step(f, t, y, hh, tab, retract)
-                stats["fevals"] += tab.stages
+                y_new, err = rk_step(f, t, y, hh, tab, retract, k0=k_first, stages=k_stages)
+                stats["fevals"] += tab.stages - (k_first is not None)
+                k_first = k_stages[0]  # kept if this step is rejected
                 scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
                 en = float(np.max(np.abs(err) / scale)) if np.size(err) else 0.0
                 if not np.isfinite(en):
@@ -261,6 +278,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                 if en <= 1.0:
                     t = t1 if last else t + hh
                     y = y_new
+                    # FSAL: the last stage is f at (t_old + c_s hh, y_new), c_s = 1 to
+                    # round-off: the same state, the time within an ulp or two of t
+                    k_first = k_stages[-1] if tab.fsal else None
                     stats["steps"] += 1
                     if progress is not None:
                         progress(t)

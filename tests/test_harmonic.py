@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
+import spherepde as sp
+
 from spherepde.interaction.fused import attention_numba
 from spherepde.interaction.harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, HarmonicField,
-                                            attention_harmonic)
+                                            PlannedField, attention_harmonic)
 
 TOL = DEFAULT_TOL
 BETAS = [0.5, 16.0, 256.0, 1000.0]
@@ -73,6 +75,32 @@ def test_matches_direct_kernel(d, kind, normalized, beta):
     # a general B, whose bound also carries the Chebyshev coefficients' 1e-13 accuracy floor)
     share = 0.05 if kind == "rotation" else 0.2
     assert field.stats["fallback"] <= share * field.stats["queries"]
+
+
+@pytest.mark.parametrize("kind", ["rotation", "general"])
+@pytest.mark.parametrize("normalized", [True, False])
+@pytest.mark.parametrize("beta", [16.0, 256.0])
+def test_planned_field_keeps_the_error_model(kind, normalized, beta):
+    B, V = matrices(3, kind)
+    y, w = cloud(3, 2000, seed=3)
+    x = np.concatenate([y[:300], cloud(3, 300, seed=13)[0]])
+    field = HarmonicField(B, V, beta, normalized)
+    plan = PlannedField(field, x, nodes=y)
+    mom, ref_mom = plan.moments(w), field.moments(y, w)
+    # both are the sums sum_j w_j conj Y_lm(y_j), each to ducc0's eps times |w| max|Y_lm|
+    # (|Y_lm| <= sqrt((2L+1)/4pi)), so they differ by at most twice that
+    ymax = math.sqrt((2 * field.degree + 1) / (4 * math.pi))
+    assert np.abs(mom.coefficients - ref_mom.coefficients).max() <= \
+        2 * field.nufft_eps * w.sum() * ymax
+    ref = attention_numba(x, y @ B.T, y @ V.T, w, beta, normalized)
+    att, bound = field.attention(x, mom, return_bound=True, plan=plan)
+    err = np.abs(att - ref).max(axis=1) / np.abs(ref).max()
+    # the unplanned path's per-query bound holds for the planned one (its only approximation
+    # is a NUFFT at the same eps)
+    assert np.all(err[np.isfinite(bound)] <= bound[np.isfinite(bound)])
+    assert np.isfinite(bound).mean() > 0.5  # the check is not vacuous
+    with pytest.raises(ValueError, match="own 600 queries"):
+        field.attention(x[:5], mom, plan=plan)
 
 
 def test_degree_is_the_first_that_meets_the_multiplier_tail():
@@ -264,3 +292,70 @@ def test_particle_solver_harmonic_tol():
         sp.ParticleSolver(model, kernel="numba", harmonic_tol=1e-6)
     with pytest.raises(ValueError, match="tol must lie in"):
         sp.ParticleSolver(model, kernel="harmonic", harmonic_tol=1e-20)
+
+
+def test_auto_keeps_the_kernel_its_timings_show_cheaper():
+    """kernel="auto" during a run (particles._KernelChooser): with a clock that makes the
+    harmonic kernel cost 1 and numba 3 for the first 40 evaluations and then the reverse
+    (tokens concentrating), it starts with harmonic, switches to numba once harmonic's time
+    exceeds numba's last one by the margin, and later trials of harmonic (at doubling
+    intervals) do not switch back. Both kernels compute the same field."""
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+    from spherepde.particles import _KernelChooser
+
+    model = build_model(DEFAULT, 16.0)
+    x = build_initial(DEFAULT).sample(300, seed=1)
+    w = np.full(300, 1.0 / 300)
+    state = {"t": 0.0, "calls": 0, "name": None}
+
+    def cost(name):
+        late = state["calls"] > 40
+        return (3.0 if late else 1.0) if name == "harmonic" else (1.0 if late else 3.0)
+
+    def clock():  # read before and after each evaluation: the second read adds its cost
+        state["end"] = not state.get("end", False)
+        if not state["end"]:
+            state["t"] += cost(state["name"])
+        return state["t"]
+
+    field = HarmonicField(model.B, model.V, model.beta)
+    chooser = _KernelChooser(field, model, "harmonic", clock=clock)
+    ref = model.attention(x, x, w, kernel="numba")
+    used = []
+    for _ in range(200):
+        name = chooser._other(chooser.current) if chooser.until_probe <= 0 else chooser.current
+        used.append(name)
+        state["name"] = name
+        out = chooser(x, w)
+        state["calls"] += 1
+        assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
+    # a trial of numba at evaluation 16 (3 against 1) keeps harmonic and doubles the interval
+    assert used[:16] == ["harmonic"] * 16 and used[16] == "numba" and used[17] == "harmonic"
+    # after evaluation 40 harmonic costs 3, not above 1.25 x numba's last (early) time 3, so
+    # it stays until the next trial (16 + 1 + 32 = 49) shows numba at 1: the switch
+    assert set(used[17:49]) == {"harmonic"} and used[49] == "numba"
+    # then harmonic is tried after 16, 32, 64 more evaluations, and never wins again
+    assert [i for i in range(50, 200) if used[i] == "harmonic"] == [66, 99, 164]
+    st = chooser.stats()
+    assert st["evaluations_harmonic"] + st["evaluations_numba"] == 200
+    assert st["kernel_switches"] == 1
+
+
+def test_auto_particle_run_matches_numba():
+    """A ParticleSolver(kernel="auto") run where harmonic applies records how it split the
+    evaluations between the two kernels and follows the numba trajectory to the solver's
+    accuracy (as test_particle_trajectories_match_the_direct_kernel)."""
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+
+    model = build_model(DEFAULT, 16.0)
+    x0 = build_initial(DEFAULT).sample(400, seed=2)
+    times = np.linspace(0.0, 2.0, 5)
+    solver = sp.ParticleSolver(model, kernel="auto")
+    traj = solver.solve(x0, times)
+    st = traj.stats
+    assert st["evaluations_harmonic"] + st["evaluations_numba"] == st["fevals"]
+    assert "evaluations" in repr(solver)
+    ref = sp.ParticleSolver(model, kernel="numba").solve(x0, times)
+    assert np.abs(traj.positions - ref.positions).max() <= 1e-7

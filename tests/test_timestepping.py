@@ -122,3 +122,20 @@ def test_nan_right_hand_side_is_reported_at_once():
         integrate(nan_field, np.ones(3), [0.0, 1.0], scheme="rk4", dt=0.1)
     with pytest.raises(ValueError, match="rtol must be > 0"):
         integrate(lambda t, y: y, np.ones(3), [0.0, 1.0], rtol=-1.0)
+
+
+def test_dopri5_reuses_its_last_stage():
+    # Dormand–Prince is first-same-as-last, and a rejected step keeps f(t, y): after the two
+    # evaluations of the starting-step heuristic and the very first stage, every attempted
+    # step costs 6 evaluations, not 7; the count in stats is the true number of calls.
+    calls = []
+
+    def f(t, y):
+        calls.append(t)
+        return np.array([y[1], -y[0]]) * (1.0 + 0.5 * np.cos(3 * t))
+
+    assert ts.get_scheme("dopri5").fsal and not ts.get_scheme("rk4").fsal
+    _, st = ts.integrate(f, np.array([1.0, 0.0]), np.linspace(0.0, 10.0, 7), rtol=1e-8,
+                         atol=1e-10)
+    assert st["rejected"] > 0  # the count below covers both kinds of step
+    assert st["fevals"] == len(calls) == 2 + 1 + 6 * (st["steps"] + st["rejected"])

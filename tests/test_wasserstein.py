@@ -81,6 +81,8 @@ SEMIDISCRETE_CASES = {
     "equator-ring-ties": (lambda: grid_cloud(33), lambda: antipodal_atoms(np.array([0, 0, 1.0]))),
     "uneven-masses": (lambda: grid_cloud(33, _vmf_density), lambda: antipodal_atoms(E_TILTED, 0.3)),
     "five-atoms": (lambda: random_cloud(1500, seed=1), lambda: random_cloud(5, seed=2)),
+    # two atoms in general position: the sorted greedy fill (no Newton) must be the LP optimum
+    "two-random-atoms": (lambda: random_cloud(1200, seed=3), lambda: random_cloud(2, seed=4)),
 }
 
 

@@ -53,7 +53,7 @@ def _place(target_times, times, values, fill=np.nan):
 
 
 def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=None, rate=None,
-                    map_grid=None):
+                    map_grid=None, checks=None):
     """Gather the :class:`~spherepde.app.scenario.Run` records of a scenario into one Dataset.
 
     Parameters
@@ -65,6 +65,9 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     subspace : (3, dim E) orthonormal basis of the dominant eigenspace E
     gap : spectral gap γ; rate : dict with "fitted", "predicted", "window" or None
     map_grid : (lat (nlat,), lon (nlon,)) in degrees of the stored density maps
+    checks : {(solver, beta): convergence verdict}, optional
+        The verdicts of :func:`spherepde.app.scenario.convergence` when the caller has them
+        (computed here otherwise)
 
     Returns
     -------
@@ -104,7 +107,8 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
             w2_coarse[i, j] = _place(times, np.asarray(c.times)[keep], np.asarray(c.w2)[keep])
             coarse_resolution[i, j] = int(c.resolution)
             seconds_coarse[i, j] = c.seconds
-            check = convergence(r, c, fraction)
+            check = (checks[(r.solver, r.beta)] if checks is not None
+                     else convergence(r, c, fraction))
             max_difference[i, j] = check["max_difference"]
             converged[i, j] = int(check["converged"])
         seconds[i, j] = r.seconds

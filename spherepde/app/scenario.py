@@ -563,9 +563,15 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
     from .results import RESULTS_NAME, results_dataset
 
     used = used_scenario(cfg)
+    fine = [r for r in runs if not r.coarse]
+    coarse = {(r.solver, r.beta): r for r in runs if r.coarse}
+    fraction = cfg["convergence"]["fraction"]
+    # one verdict per curve, shared by results.nc and summary.md
+    checks = {(r.solver, r.beta): convergence(r, coarse.get((r.solver, r.beta)), fraction)
+              for r in fine}
     ds = results_dataset(used, runs, limit=limit, limit_particles=limit_particles,
                          subspace=reference_model(cfg).dominant_subspace(), gap=report.gap,
-                         rate=rate, map_grid=_plot_lat_lon())
+                         rate=rate, map_grid=_plot_lat_lon(), checks=checks)
     io.save_dataset(ds, out / RESULTS_NAME)
     io.write_json(out / "scenario.json", used)
     if figures:
@@ -596,11 +602,6 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
              f"m+ = {limit_particles.weights[0]:.6f}, m- = {limit_particles.weights[1]:.6f} "
              f"(N = {x0.shape[0]}).", "",
              "## W2(rho_t, Pi#rho_0)", ""]
-    fine = [r for r in runs if not r.coarse]
-    coarse = {(r.solver, r.beta): r for r in runs if r.coarse}
-    fraction = cfg["convergence"]["fraction"]
-    checks = {(r.solver, r.beta): convergence(r, coarse.get((r.solver, r.beta)), fraction)
-              for r in fine}
     if coarse:
         lines += [f"Each solver also ran at a coarser resolution (N/4 tokens, lmax/2, n/2 cells "
                   f"along a cube edge). A curve is **converged** when the two differ by less than "

@@ -52,7 +52,9 @@ into normal velocities. The operators: the zero-temperature field (beta = inf, f
 the attention of the cell masses placed at the cell centres (direct quadrature, O(faces ×
 cells) per evaluation; the centroid rule is exact for affine kernels, so its error is O(h²),
 the order of the scheme), or that of the cell measure from its harmonic moments
-(:class:`CellHarmonic`, for fine meshes).
+(:class:`CellHarmonic`, for fine meshes: transforms planned once for the fixed edge points
+and cell nodes, and exact cap sums where the harmonic sums cannot certify the solver's
+``velocity_tol``).
 
 The solvers subclass :class:`spherepde.density.base.DensitySolver` (input checks, outputs,
 resolution stop, diagnostics, export); the step control above is their
@@ -66,14 +68,14 @@ import numpy as np
 from numba import njit, prange
 
 from .. import timestepping
-from ..interaction import attention as kernel_attention
 from ..interaction.operators import (DirectQuadrature, VelocityOperator, ZeroTemperature,
                                      choose_operator)
 from ..sphere.cubed_sphere import PANELS, CubedSphere
 from .base import DensitySolution, DensitySolver, check_mass, check_values, density_callable
 
 __all__ = ["FiniteVolumeSolver", "FiniteVolumeSolution", "FiniteVolumeScheme", "TransportSolver",
-           "EdgeVelocity", "CellHarmonic", "LIMITERS", "RECONSTRUCTIONS", "SSP_SCHEMES"]
+           "EdgeVelocity", "CellHarmonic", "LIMITERS", "RECONSTRUCTIONS", "SSP_SCHEMES",
+           "VELOCITY_TOL"]
 
 #: Limiters by name -> kernel code. "barth_jespersen": edge values within the range of the
 #: cell and its four neighbours (monotone, positive); "positivity": only edge values >= 0
@@ -95,6 +97,11 @@ RECONSTRUCTIONS = ("linear", "quadratic", "cubic")
 #: docstring), for the quadratic and cubic reconstructions; the positivity step is
 #: 8 omega = 0.8 times the linear one.
 QUADRATIC_EDGE_WEIGHT = 0.1
+#: The accuracy FiniteVolumeSolver asks of the harmonic field at the edge points, relative to
+#: |V|_2 (CellHarmonic): far below the O(h^2) error of the cell measure itself (h^2 = 3.5e-5
+#: at n = 256), and loose enough that only targets in regions of exponentially small kernel
+#: mass need exact cap sums (docs/methods.md, "Finite volumes on S^2").
+VELOCITY_TOL = 1e-7
 #: path="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
 #: n = 24 on one core) and the harmonic field beyond.
 DIRECT_MAX_N = 24
@@ -423,49 +430,94 @@ class FiniteVolumeScheme:
 
 # ---------------------------------------------------------------------------- velocity at the edges
 class CellHarmonic(VelocityOperator):
-    """The attention of the cell measure from its harmonic moments
+    r"""The attention of the cell measure from its harmonic moments
     (:mod:`spherepde.interaction.harmonic`): cell masses -> moments up to the degree the
     kernel needs -> field at the targets (the edge points).
 
     Each cell's mass is spread over a q × q Gauss rule on the cell (weights normalized per
     cell, :attr:`cell_nodes`, :attr:`cell_node_weights`), so the moments are those of the
     piecewise-constant density up to O(h^{2q}) per cell; one node per cell (q = 1, at the
-    centroid) would leave an O(kappa h^2) error. Targets whose a-posteriori bound exceeds the
-    harmonic module's fallback level (queries that look into regions of exponentially small
-    mass) are computed by the direct kernel. The nodes are the cell centres with the cell
+    centroid) would leave an O(kappa h^2) error. The nodes are the cell centres with the cell
     areas as weights; ``rho`` are the cell averages.
+
+    Parameters
+    ----------
+    model, mesh, targets, order : the model, the mesh, the edge points (..., 3), q
+    planned : bool
+        True (default): the moments and the fields go through transforms planned once for
+        the fixed nodes and targets (:class:`spherepde.interaction.harmonic.PlannedField`,
+        the same error model); False: ducc0's non-equispaced SHT at every call (the
+        reference).
+    velocity_tol : float, optional
+        The accuracy asked of the field, relative to :math:`\|V\|_2` (SA; USA: to the
+        target's own scale), for the cell measure: targets whose a-posteriori bound exceeds
+        it (they look into regions of exponentially small mass, where the harmonic sums
+        lose their relative accuracy) are summed exactly over the cap of cell nodes that
+        carries their kernel, to the same accuracy (:meth:`HarmonicField.exact_at`).
+        None (default): the harmonic module's own level ``FALLBACK_FACTOR * tol`` (1e-10);
+        :class:`FiniteVolumeSolver` passes its ``velocity_tol`` (default :data:`VELOCITY_TOL`).
+
+    flux_criterion : bool
+        Judge a target by the flux it feeds (:meth:`attention`, ``edge_density``; default)
+        or by its velocity alone.
+
+    ``stats``: targets evaluated and those summed over caps, cumulative.
     """
 
     name = "harmonic"
 
-    def __init__(self, model, mesh: CubedSphere, targets, order: int = 2):
-        from ..interaction.harmonic import FALLBACK_FACTOR, HarmonicField
+    def __init__(self, model, mesh: CubedSphere, targets, order: int = 2, planned: bool = True,
+                 velocity_tol: float | None = None, flux_criterion: bool = True):
+        from ..interaction.harmonic import FALLBACK_FACTOR, HarmonicField, PlannedField
 
         super().__init__(model, mesh.centers, mesh.areas, (), targets)
         self.harmonic = HarmonicField.from_model(model)
-        self.fallback = FALLBACK_FACTOR * self.harmonic.tol
+        if velocity_tol is None:
+            velocity_tol = FALLBACK_FACTOR * self.harmonic.tol
+        velocity_tol = float(velocity_tol)
+        if not 0.0 < velocity_tol < 1.0:
+            raise ValueError(f"velocity_tol must lie in (0, 1); got {velocity_tol}")
+        self.velocity_tol = velocity_tol
+        self.wants_edge_density = bool(flux_criterion)
         nodes, w = mesh.cell_quadrature(order)
         self.cell_nodes = nodes
         self.cell_node_weights = w / w.sum(axis=1, keepdims=True)
+        self._nodes = np.ascontiguousarray(nodes.reshape(-1, 3))
         self._queries = self.targets.reshape(-1, 3)
-        self._keys, self._values = self.points @ model.B.T, self.points @ model.V.T
-        #: targets evaluated, and those computed by the direct kernel, cumulative
+        self.plan = (PlannedField(self.harmonic, self._queries, self._nodes) if planned
+                     else None)
+        #: targets evaluated, and those summed exactly over caps, cumulative
         self.stats = {"queries": 0, "fallback": 0}
 
+    def _node_weights(self, rho):
+        return (self.weights[:, None] * rho[:, None] * self.cell_node_weights).reshape(-1)
+
     def _moments(self, rho):
+        if self.plan is not None:
+            return self.plan.moments(self._node_weights(rho))
         return self.harmonic.moments_of_cells(self.cell_nodes, self.cell_node_weights,
                                               self.weights * rho)
 
-    def attention(self, rho, coefficients=None):
-        masses = self.weights * rho
-        att, bound = self.harmonic.attention(self._queries, self._moments(rho), return_bound=True)
-        bad = ~(bound <= self.fallback)
+    def attention(self, rho, coefficients=None, edge_density=None):
+        """Attention output at the targets (..., 3). With ``edge_density`` (targets' shape,
+        >= the upwind density the fluxes multiply the velocity by) and SA, a target whose
+        bound exceeds ``velocity_tol`` keeps the harmonic value when its bound is at most 1
+        and its flux error, density × bound × |V|_2, is at most velocity_tol·|V|_2 times the
+        mean density: the flux density is then within velocity_tol·|V|_2·max(rho, mean rho)
+        at every target."""
+        hf = self.harmonic
+        att, bound = hf.attention(self._queries, self._moments(rho), return_bound=True,
+                                  plan=self.plan)
+        bad = ~(bound <= self.velocity_tol)
+        if edge_density is not None and self.model.normalized and np.any(bad):
+            mean = float(np.sum(self.weights * rho)) / (4.0 * np.pi)
+            dens = np.abs(np.reshape(edge_density, -1))
+            bad &= ~((bound <= 1.0) & (dens * bound <= self.velocity_tol * mean))
+        bad = np.nonzero(bad)[0]
         self.stats["queries"] += self._queries.shape[0]
-        if np.any(bad):
-            self.stats["fallback"] += int(bad.sum())
-            m = self.model
-            att[bad] = kernel_attention(self._queries[bad], self._keys, self._values, masses,
-                                        m.beta, m.normalized)
+        self.stats["fallback"] += int(bad.size)
+        hf.exact_at(att, bad, self._queries, self._nodes, self._node_weights(rho),
+                    self.velocity_tol)
         return att.reshape(self.targets.shape), None
 
     def partition(self, rho, coefficients=None):
@@ -485,6 +537,8 @@ class EdgeVelocity:
         (``mesh.face_points``); it gets the cell averages, clipped at 0 (the positivity step
         control keeps them >= 0; only limiter="none" or cfl > 1 can make one negative). A
         field that does not depend on the density (beta = inf) is computed once.
+        An operator with ``wants_edge_density`` also gets :meth:`edge_density` (its accuracy
+        criterion is then the flux's, :class:`CellHarmonic`).
     velocity : callable velocity(t, x), x: (..., 3) -> (..., 3), optional
         A prescribed velocity instead (transport test cases).
     """
@@ -507,7 +561,11 @@ class EdgeVelocity:
         if self._constant is not None:
             return self._constant
         if self.operator is not None:
-            v = self.operator.attention(np.maximum(masses, 0.0) / self._areas)[0]
+            rho = np.maximum(masses, 0.0) / self._areas
+            if getattr(self.operator, "wants_edge_density", False):
+                v = self.operator.attention(rho, edge_density=self.edge_density(masses))[0]
+            else:
+                v = self.operator.attention(rho)[0]
         else:
             x = self.scheme.mesh.face_points
             v = np.asarray(self.velocity(t, x), dtype=np.float64)
@@ -515,6 +573,15 @@ class EdgeVelocity:
                 raise ValueError(f"velocity(t, x) must return an array of the shape of x "
                                  f"{x.shape}; got {v.shape}")
         return self.scheme.normal_velocity(v)
+
+    def edge_density(self, masses) -> np.ndarray:
+        """max(|rho_K(x_eq)|, |rho_K'(x_eq)|) of the limited reconstructions of the two cells
+        of every edge at its points, (n_faces, 2): the upwind flux F(u) = u^+ rho_K + u^- rho_K'
+        changes by at most this times the change of u."""
+        sc = self.scheme
+        vals = sc.edge_values(masses)
+        fc, fl = sc.mesh.face_cells, sc._face_local
+        return np.maximum(np.abs(vals[fc[:, 0], fl[:, 0]]), np.abs(vals[fc[:, 1], fl[:, 1]]))
 
 
 # ---------------------------------------------------------------------------- the solution
@@ -652,7 +719,8 @@ class _CellMassSolver(DensitySolver):
     d = 3
     solution_class = FiniteVolumeSolution
     time_setting_names = ("scheme", "cfl")
-    setting_names = ("n", "limiter", "reconstruction", "quadrature_order", "kernel")
+    setting_names = ("n", "limiter", "reconstruction", "quadrature_order", "kernel",
+                     "velocity_tol")
     #: the step control gives up after this many steps (a field far too fast for the mesh)
     max_steps = 10_000_000
 
@@ -841,6 +909,12 @@ class FiniteVolumeSolver(_CellMassSolver):
     kernel : interaction kernel of :func:`spherepde.interaction.attention` (direct path)
     quadrature_order : Gauss points a side per cell for the initial cell integrals
     mass_rtol : tolerance on the mass of density0
+    velocity_tol : float
+        Harmonic path: the accuracy of the face velocities for the cell measure, relative to
+        |V|_2 (:class:`CellHarmonic`; default :data:`VELOCITY_TOL`).
+    planned : bool
+        Harmonic path: planned transforms (default) or ducc0's non-equispaced SHT at every
+        call (the reference; same results to ~1e-13).
 
     Examples
     --------
@@ -853,9 +927,13 @@ class FiniteVolumeSolver(_CellMassSolver):
 
     def __init__(self, model, n, scheme="ssprk3", cfl=0.9, limiter="barth_jespersen",
                  path="auto", kernel="auto", quadrature_order=3, mass_rtol=1e-6,
-                 reconstruction="cubic"):
+                 reconstruction="cubic", velocity_tol=VELOCITY_TOL, planned=True):
         super().__init__(model, n, scheme, cfl, limiter, quadrature_order, mass_rtol,
                          reconstruction)
+        if not (isinstance(velocity_tol, (int, float)) and 0.0 < velocity_tol < 1.0):
+            raise ValueError(f"velocity_tol must be a number in (0, 1) (the accuracy of the "
+                             f"face velocities relative to |V|); got {velocity_tol!r}")
+        self.velocity_tol = float(velocity_tol)
         if path == "auto" and not model.zero_temperature:
             path = "direct" if self.n <= DIRECT_MAX_N or not _has_harmonic() else "harmonic"
         name, _ = choose_operator(model, path, 3, OPERATORS)
@@ -864,7 +942,8 @@ class FiniteVolumeSolver(_CellMassSolver):
         pts, w, edges = mesh.centers, mesh.areas, mesh.face_points
         build = {"zero_temperature": lambda: ZeroTemperature(model, pts, w, targets=edges),
                  "direct": lambda: DirectQuadrature(model, pts, w, kernel=kernel, targets=edges),
-                 "harmonic": lambda: CellHarmonic(model, mesh, edges)}
+                 "harmonic": lambda: CellHarmonic(model, mesh, edges, planned=planned,
+                                                  velocity_tol=velocity_tol)}
         self.operator = build[name]()
         self.field = EdgeVelocity(self.fv, self.operator)
 

@@ -24,7 +24,7 @@ from ..registry import Registry, renamed_keyword
 from .reference import attention_numpy
 from .zero_temperature import hardmax_attention, zero_temperature_attention
 
-__all__ = ["KERNELS", "register_kernel", "available_kernels", "attention",
+__all__ = ["KERNELS", "register_kernel", "available_kernels", "attention", "harmonic_applies",
            "zero_temperature_attention", "hardmax_attention", "AUTO_NUMBA_SIZE"]
 
 #: Interaction kernels: name -> callable(x, keys, values, weights, beta, normalized) -> (m, dv).
@@ -36,8 +36,10 @@ KERNELS.register_module("torch", f"{__name__}.torch_backend")
 KERNELS.register_module("harmonic", f"{__name__}.harmonic")
 
 #: ``kernel="auto"`` takes numba from m·n >= this many query-key pairs (numpy below: no
-#: compilation and no thread start-up for small problems).
-AUTO_NUMBA_SIZE = 1 << 20
+#: thread start-up for tiny problems). Measured on the 2-core machine (benchmarks/particles.py
+#: ``--numpy-crossover``): the fused kernel is already 1.7-5x faster at N = 128 (m·n = 2^14) and
+#: 4-13x faster from N = 256 to 2048, at beta = 4, 64 and 1000.
+AUTO_NUMBA_SIZE = 1 << 14
 
 
 def register_kernel(name: str, fn) -> None:
@@ -55,6 +57,14 @@ register_backend = register_kernel
 available_backends = available_kernels
 
 
+def harmonic_applies(m: int, n: int, *, kappa: float | None = None,
+                     d: int | None = None) -> bool:
+    """Whether ``kernel="auto"`` weighs the harmonic kernel at all: S^1 or S^2, finite
+    kappa = beta·|B|_2, a problem big enough for a compiled kernel, the kernel installed."""
+    return (kappa is not None and d in (2, 3) and bool(np.isfinite(kappa))
+            and m * n >= AUTO_NUMBA_SIZE and KERNELS.installed("harmonic"))
+
+
 def resolve_kernel(kernel: str, m: int, n: int, *, kappa: float | None = None,
                    d: int | None = None) -> str:
     """The kernel that ``kernel="auto"`` means for m queries and n keys (else ``kernel``).
@@ -64,8 +74,7 @@ def resolve_kernel(kernel: str, m: int, n: int, *, kappa: float | None = None,
     kernel (:func:`spherepde.interaction.harmonic.harmonic_is_faster`)."""
     if kernel != "auto":
         return kernel
-    if (kappa is not None and d in (2, 3) and np.isfinite(kappa) and m * n >= AUTO_NUMBA_SIZE
-            and KERNELS.installed("harmonic")):
+    if harmonic_applies(m, n, kappa=kappa, d=d):
         from .harmonic import harmonic_is_faster
 
         if harmonic_is_faster(m, n, kappa):

@@ -33,6 +33,10 @@ ducc0's non-equispaced transforms (the fast summation of radial functions on the
    :math:`W(u) = \sum_k 2\pi e^{-\kappa}I_k(\kappa)\rho_{k-1}e^{iku}` with
    :math:`y = e^{i\varphi}` read as a complex number.
 
+At points that never move (a finite-volume mesh's edge points and cell nodes),
+:class:`PlannedField` does both steps through transforms planned once: a small equiangular
+grid, the 2-D FFT of the doubled sphere, and a planned NUFFT at the fixed points.
+
 When B = c·O (O orthogonal) :math:`\kappa = \beta c` is one number. For a general invertible
 B the multipliers are expanded in Chebyshev polynomials of :math:`\kappa` on
 :math:`[\beta\sigma_{\min}(B), \beta\sigma_{\max}(B)]`, one synthesis per term (the expansion
@@ -88,12 +92,12 @@ import numpy as np
 from numba import njit, prange
 
 from ..sphere import orthogonal_factor
-from ..transforms.sht import lm_arrays
+from ..transforms.sht import fft_size, lm_arrays
 from . import register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
 from .numerics import LOG_FLOAT_MAX, usa_overflow_error
 
-__all__ = ["HarmonicField", "Moments", "attention_harmonic", "field_for", "harmonic_is_faster",
+__all__ = ["HarmonicField", "PlannedField", "Moments", "attention_harmonic", "field_for", "harmonic_is_faster",
            "DEFAULT_TOL", "FALLBACK_FACTOR"]
 
 #: Default truncation tolerance: E(L) <= tol · mean of G (module docstring).
@@ -558,16 +562,21 @@ class HarmonicField:
         return Moments(self.d, L, out, abs(default_mass) if mass is None else float(mass))
 
     # ------------------------------------------------------------------ moments -> field
-    def _fields(self, x, mom: Moments, want_G: bool):
-        """Scaled G (m,) or None and W (m, d) at the queries x, with kappa(x) (m,)."""
+    def _fields(self, x, mom: Moments, want_G: bool, plan=None):
+        """Scaled G (m,) or None and W (m, d) at the queries x, with kappa(x) (m,); with a
+        :class:`PlannedField` ``plan`` at its fixed queries (x is not read)."""
         if mom.d != self.d or mom.degree != self.degree:
             raise ValueError(f"these moments are of degree {mom.degree} on S^{mom.d - 1}; this "
                              f"field needs degree {self.degree} on S^{self.d - 1} (compute them "
                              "with this field's moments methods)")
-        m = x.shape[0]
-        nx = np.empty((m, self.d))
-        kappa = np.empty(m)
-        _directions(x, self.B, self.beta, nx, kappa)
+        if plan is None:
+            m = x.shape[0]
+            nx = np.empty((m, self.d))
+            kappa = np.empty(m)
+            _directions(x, self.B, self.beta, nx, kappa)
+        else:
+            nx, kappa = plan.nx, plan.kappa
+            m = nx.shape[0]
         P = self.n_terms
         if P > 1:
             kmin, kmax = self.kappa_range
@@ -575,7 +584,10 @@ class HarmonicField:
         G = np.zeros(m) if want_G else None
         W = np.zeros((m, self.d))
         T_prev = T = None
-        synth = self._synth_s2(nx) if self.d == 3 else self._synth_s1(nx, m)
+        if plan is not None:
+            synth = plan.synth
+        else:
+            synth = self._synth_s2(nx) if self.d == 3 else self._synth_s1(nx, m)
         no_factor = np.empty(0)
         for p in range(P):
             # Chebyshev polynomials of s by their recurrence, one term at a time
@@ -645,7 +657,7 @@ class HarmonicField:
 
         return synth
 
-    def attention(self, x, moments: Moments, *, return_bound: bool = False):
+    def attention(self, x, moments: Moments, *, return_bound: bool = False, plan=None):
         r"""Attention output (before the tangent projection) at arbitrary points.
 
         Parameters
@@ -654,6 +666,9 @@ class HarmonicField:
         moments : :class:`Moments` of this field's degree
         return_bound : bool
             Also return the per-query bound of the module docstring.
+        plan : :class:`PlannedField`, optional
+            Evaluate at the plan's fixed queries through its precomputed transforms (x must
+            be the plan's queries; the same error model holds, see :class:`PlannedField`).
 
         Returns
         -------
@@ -665,8 +680,11 @@ class HarmonicField:
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.d:
             raise ValueError(f"x must have shape (m, {self.d}); got {x.shape}")
+        if plan is not None and x.shape != plan.x.shape:
+            raise ValueError(f"a plan evaluates at its own {plan.x.shape[0]} queries; got x of "
+                             f"shape {x.shape}")
         want_G = self.normalized or return_bound or self._usa_may_overflow(moments)
-        G, W, kappa = self._fields(x, moments, want_G)
+        G, W, kappa = self._fields(x, moments, want_G, plan)
         if not self.normalized and G is not None and x.shape[0]:
             top = float(np.max(kappa + np.log(np.maximum(G, 1e-300))))
             if top > LOG_FLOAT_MAX:
@@ -721,11 +739,22 @@ class HarmonicField:
         att, bound = self.attention(x, mom, return_bound=True)
         bad = np.nonzero(~(bound <= FALLBACK_FACTOR * self.tol))[0]
         self.stats["queries"] += int(x.shape[0])
+        w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
+             else np.asarray(weights, dtype=np.float64))
+        return self.exact_at(att, bad, x, points, w, self.tol)
+
+    def exact_at(self, att, bad, x, points, weights, tol):
+        r"""Replaces the rows ``bad`` of ``att`` (the output at x: (m, d)) by the sums over
+        the cap that carries their kernel (:class:`spherepde.interaction.caps.CapSums`; a
+        few, at most :data:`DIRECT_FALLBACK_MAX`, over all atoms), accurate to
+        :math:`\|V\|_2\,\mathrm{tol}` (SA; USA relative to the query's own scale) for the
+        measure :math:`\sum_j w_j\delta_{y_j}`, w >= 0; counts them in ``stats``; returns att."""
+        bad = np.asarray(bad)
         if bad.size == 0:
             return att
         self.stats["fallback"] += int(bad.size)
-        w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
-             else np.asarray(weights, dtype=np.float64))
+        w = weights
+        tol = float(tol)
         from .caps import CapSums, full_sums
 
         xb = np.ascontiguousarray(x[bad])
@@ -736,7 +765,7 @@ class HarmonicField:
             s, a, shift = full_sums(points, w, nx, kappa)
             self.stats["cap_atoms"] += int(bad.size) * points.shape[0]
         else:
-            s, a, shift, count = CapSums(points, w).sums(nx, kappa, self.tol)
+            s, a, shift, count = CapSums(points, w).sums(nx, kappa, tol)
             self.stats["cap_atoms"] += int(count.sum())
         if self.normalized:
             att[bad] = (a / s[:, None]) @ self.V.T
@@ -756,6 +785,154 @@ class HarmonicField:
         deg = "L" if self.d == 3 else "K"
         return (f"HarmonicField(S^{self.d - 1}, beta={self.beta:g}, {kind}, {shape}, "
                 f"{deg}={self.degree}, tol={self.tol:g})")
+
+
+class PlannedField:
+    r"""A :class:`HarmonicField` on S^2 at fixed queries, and moments of measures on fixed
+    atoms, through transforms planned once (the finite-volume solver's edge points and cell
+    nodes never move).
+
+    :meth:`HarmonicField.attention` synthesizes at arbitrary points with ducc0's
+    non-equispaced SHT, which re-plans (sorts the points, sizes its grid) at every call.
+    Here the band-limited fields are synthesized on a small regular grid and interpolated
+    to the fixed points by a planned non-uniform FFT:
+
+    1. *Grid.* Each Cartesian component of :math:`G_L` and :math:`W_L` is a polynomial of
+       degree at most L + 1 restricted to the sphere. It is synthesized (``ducc0.sht``) on the
+       equiangular Clenshaw–Curtis grid :math:`\theta_j = \pi j/(n_\theta - 1)`,
+       :math:`\varphi_k = 2\pi k/n_\varphi`, and extended to the doubled sphere
+       :math:`f(2\pi - \theta, \varphi) = f(\theta, \varphi + \pi)`: a trigonometric
+       polynomial of degree L + 1 in both angles on the torus :math:`[0, 2\pi)^2`, whose
+       Fourier coefficients the 2-D FFT of the :math:`2(n_\theta - 1)\times n_\varphi` grid
+       gives exactly when :math:`2(n_\theta - 1), n_\varphi \ge 2L + 4` (no aliasing).
+    2. *Interpolation.* The torus series is summed at the queries' :math:`(\theta, \varphi)`
+       by a type-2 NUFFT planned once (``ducc0.nufft.plan``: an oversampled grid, a kernel
+       of local support, its weights found once per point), two real components per complex
+       transform (G + iW_x, W_y + iW_z).
+    3. *Moments* (the adjoint): the type-1 NUFFT of the atoms' weights gives the torus sums
+       :math:`F_k = \sum_j w_j e^{-ik\cdot x_j}`; since :math:`\overline{Y_{\ell m}}` has the
+       exact torus expansion of step 1, :math:`\rho_{\ell m} = \frac1M\sum_g
+       \overline{Y_{\ell m}(g)}\,H_g` with :math:`H = \sum_k F_k e^{ik\cdot g}` on the doubled
+       grid (M points), folded onto the sphere grid and summed by ducc0's adjoint synthesis.
+
+    Steps 1 and 3 are exact up to round-off; the only approximation is the NUFFT's, at the
+    field's ``nufft_eps`` (the same accuracy as the non-equispaced SHT that ducc0 builds the
+    same way), so the error model and the per-query bound of :class:`HarmonicField` hold
+    unchanged (measured against the unplanned path in ``tests/test_harmonic.py``).
+
+    Parameters
+    ----------
+    field : HarmonicField on S^2
+    x : (m, 3) unit vectors, the fixed queries
+    nodes : (n, 3) unit vectors, optional: the fixed atoms of :meth:`moments`
+    """
+
+    def __init__(self, field: "HarmonicField", x, nodes=None):
+        import ducc0
+
+        if field.d != 3:
+            raise ValueError("PlannedField works on S^2 (B of shape (3, 3)); on S^1 the "
+                             "harmonic field is already a plain FFT sum")
+        self.field = field
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != 3:
+            raise ValueError(f"x must have shape (m, 3); got {x.shape}")
+        self.x = x
+        m = x.shape[0]
+        self.nx = np.empty((m, 3))
+        self.kappa = np.empty(m)
+        _directions(x, field.B, field.beta, self.nx, self.kappa)
+        L = field.degree
+        # torus sizes: both even, >= 2(L + 1) + 2 so that degree L + 1 is not aliased
+        half = fft_size(2 * L + 4) // 2
+        self.ntheta, self.nphi = half + 1, fft_size(2 * L + 4)
+        self.shape = (2 * half, self.nphi)
+        th = np.pi * np.arange(self.ntheta) / (self.ntheta - 1)
+        ph = 2.0 * np.pi * np.arange(self.nphi) / self.nphi
+        st, ct = np.sin(th)[:, None], np.cos(th)[:, None]
+        sp_, cp = np.sin(ph)[None, :], np.cos(ph)[None, :]
+        # u, e_theta, e_phi on the grid, each (3, ntheta, nphi)
+        self._u = np.stack(np.broadcast_arrays(st * cp, st * sp_, ct + 0 * cp))
+        self._et = np.stack(np.broadcast_arrays(ct * cp, ct * sp_, -st + 0 * cp))
+        self._ep = np.stack(np.broadcast_arrays(-sp_ + 0 * ct, cp + 0 * ct, 0 * ct + 0 * cp))
+        self._threads = field.nthreads
+        kw = dict(grid_shape=self.shape, epsilon=field.nufft_eps, nthreads=self._threads)
+        self._plan_q = ducc0.nufft.plan(nu2u=False, coord=_loc(self.nx), **kw)
+        self._plan_n = None
+        if nodes is not None:
+            nodes = np.ascontiguousarray(nodes, dtype=np.float64)
+            if nodes.ndim != 2 or nodes.shape[1] != 3:
+                raise ValueError(f"nodes must have shape (n, 3); got {nodes.shape}")
+            self.n_nodes = nodes.shape[0]
+            self._plan_n = ducc0.nufft.plan(nu2u=True, coord=_loc(nodes), **kw)
+
+    # ------------------------------------------------------------------ torus <-> sphere grid
+    def _double(self, f):
+        """Values on the doubled sphere, (..., 2(ntheta - 1), nphi), of grid values f
+        (..., ntheta, nphi): rows past the south pole are f(2 pi - theta, phi + pi)."""
+        back = np.roll(f[..., -2:0:-1, :], self.nphi // 2, axis=-1)
+        return np.concatenate([f, back], axis=-2)
+
+    def _fold(self, H):
+        """The adjoint of :meth:`_double`: (..., 2(ntheta - 1), nphi) -> (..., ntheta, nphi)."""
+        nt = self.ntheta
+        f = H[..., :nt, :].copy()
+        f[..., -2:0:-1, :] += np.roll(H[..., nt:, :], -(self.nphi // 2), axis=-1)
+        return f
+
+    def _centered_coefficients(self, D):
+        """Torus Fourier coefficients of doubled-grid values D (..., M1, M2), in the centred
+        order of the NUFFT (index 0 = mode -M/2), the unused Nyquist modes set to 0."""
+        c = np.fft.fftshift(np.fft.fft2(D), axes=(-2, -1)) / (D.shape[-2] * D.shape[-1])
+        c[..., 0, :] = 0.0
+        c[..., :, 0] = 0.0
+        return c
+
+    # ------------------------------------------------------------------ moments -> field
+    def synth(self, coef, rho, want_G, T, W):
+        """The contract of HarmonicField's synthesis functions: adds T·W of this term at the
+        queries to W (m, 3); returns its G (or None)."""
+        import ducc0
+
+        f = self.field
+        l, sq, L = f._l, f._sqrt_llp1, f.degree
+        kw = dict(lmax=L, geometry="CC", ntheta=self.ntheta, nphi=self.nphi, nthreads=self._threads)
+        g = ducc0.sht.synthesis_2d(alm=(coef[0][l] * rho)[None], spin=0, **kw)[0] \
+            if want_G else 0.0
+        wr = ducc0.sht.synthesis_2d(alm=(coef[1][l] * rho)[None], spin=0, **kw)[0]
+        vt, vp = ducc0.sht.synthesis_2d(alm=(coef[2][l] * sq * rho)[None], spin=1,
+                                        mode="GRAD_ONLY", **kw)
+        Wc = self._u * wr + self._et * vt + self._ep * vp  # (3, ntheta, nphi) Cartesian
+        grid = np.empty((2, self.ntheta, self.nphi), dtype=np.complex128)
+        grid[0] = g + 1j * Wc[0]
+        grid[1] = Wc[1] + 1j * Wc[2]
+        c = self._centered_coefficients(self._double(grid))
+        out = self._plan_q.u2nu(grid=c, forward=False)
+        t = T if T.size else 1.0
+        W[:, 0] += t * out[0].imag
+        W[:, 1] += t * out[1].real
+        W[:, 2] += t * out[1].imag
+        return out[0].real.copy() if want_G else None
+
+    # ------------------------------------------------------------------ measure -> moments
+    def moments(self, weights) -> Moments:
+        r"""Moments up to the field's degree of :math:`\sum_j w_j\delta_{y_j}` on the plan's
+        nodes, weights: (n,) real (signed allowed)."""
+        import ducc0
+
+        if self._plan_n is None:
+            raise ValueError("this plan has no nodes: build it with nodes=... to take moments")
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (self.n_nodes,):
+            raise ValueError(f"weights must have shape ({self.n_nodes},); got {w.shape}")
+        F = self._plan_n.nu2u(points=w.astype(np.complex128), forward=True)
+        F[0, :] = 0.0  # the Nyquist modes: no Y_lm of degree <= L has them
+        F[:, 0] = 0.0
+        M = self.shape[0] * self.shape[1]
+        H = np.fft.ifft2(np.fft.ifftshift(F)).real * M
+        a = ducc0.sht.adjoint_synthesis_2d(map=self._fold(H)[None], spin=0, lmax=self.field.degree,
+                                           geometry="CC", nthreads=self._threads)[0]
+        return Moments(3, self.field.degree, a / M, float(np.abs(w).sum()))
 
 
 #: Cost model of ``kernel="auto"``: the harmonic right-hand side costs about

@@ -286,15 +286,55 @@ def get_backend(name: str = "auto"):
     return SHT_LIBRARIES.get(name)
 
 
-def evaluate_points(alm: np.ndarray, lmax: int, x: np.ndarray) -> np.ndarray:
+#: evaluate_points(method="auto") sums directly below this many point·coefficient products
+#: and uses ducc0's non-equispaced synthesis above (the direct sum is a Python loop over
+#: lmax^2 terms: 4.9 s for a 90 x 180 plot grid at lmax = 128).
+DIRECT_EVALUATION_MAX = 1 << 22
+#: Accuracy asked of ducc0.sht.synthesis_general (relative to the coefficients' l1 size; the
+#: smallest it accepts in double precision is about 2e-13).
+GENERAL_SYNTHESIS_EPS = 1e-12
+
+
+def evaluate_points(alm: np.ndarray, lmax: int, x: np.ndarray, method: str = "auto") -> np.ndarray:
     r"""Evaluate the real field with coefficients ``alm`` (layout of :func:`lm_arrays`) at
     arbitrary points x: (..., 3) on the unit sphere. Returns (...).
 
-    A library-independent direct sum, O(lmax^2) per point, by the standard stable three-term
-    recursion for orthonormal associated Legendre functions (with Condon–Shortley phase).
-    ``alm`` may carry leading axes: (k, nlm) gives (k, ...).
+    ``method="direct"``: a library-independent direct sum, O(lmax^2) per point, by the
+    standard stable three-term recursion for orthonormal associated Legendre functions (with
+    Condon–Shortley phase); the reference the transform libraries are tested against.
+    ``method="ducc0"``: ducc0's non-equispaced synthesis (same layout and conventions),
+    O(lmax^2 log lmax + points), accurate to about :data:`GENERAL_SYNTHESIS_EPS` relative to
+    the coefficients. ``"auto"`` takes the direct sum for small problems
+    (:data:`DIRECT_EVALUATION_MAX`). ``alm`` may carry leading axes: (k, nlm) gives (k, ...).
     """
+    if method not in ("auto", "direct", "ducc0"):
+        raise ValueError(f"method must be 'auto', 'direct' or 'ducc0'; got {method!r}")
     x = np.asarray(x, dtype=np.float64)
+    npts = int(np.prod(x.shape[:-1]))
+    if method == "ducc0" or (method == "auto" and npts * (lmax + 1) ** 2 > DIRECT_EVALUATION_MAX):
+        return _evaluate_ducc0(alm, lmax, x)
+    return _evaluate_direct(alm, lmax, x)
+
+
+def _evaluate_ducc0(alm, lmax, x):
+    import ducc0
+
+    from ..interaction.harmonic import _loc
+
+    shape = x.shape[:-1]
+    xf = x.reshape(-1, 3)
+    xf = xf / np.linalg.norm(xf, axis=1, keepdims=True)
+    alm = np.asarray(alm, dtype=np.complex128)
+    lead = alm.shape[:-1]
+    a2 = alm.reshape(-1, alm.shape[-1])
+    loc = _loc(xf)
+    out = np.stack([ducc0.sht.synthesis_general(alm=np.ascontiguousarray(a)[None], spin=0,
+                                                lmax=lmax, loc=loc, epsilon=GENERAL_SYNTHESIS_EPS,
+                                                nthreads=0)[0] for a in a2])
+    return out.reshape(lead + shape)
+
+
+def _evaluate_direct(alm, lmax, x):
     shape = x.shape[:-1]
     xf = x.reshape(-1, 3)
     ct = np.clip(xf[:, 2], -1.0, 1.0)
