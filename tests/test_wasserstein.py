@@ -362,6 +362,19 @@ def test_pruning_negligible_mass_keeps_a_true_bracket():
     assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
 
 
+def test_multiscale_newton_with_the_newton_side_clustered():
+    # Newton on the smaller side, here mu stopped at its 256 clusters (quantize): the lower
+    # bound then comes from nu's potential (nu is at its points), the upper one from the
+    # composed coupling; both bound the exact value (round-off of O(n) sums, 1e-12).
+    mu = random_cloud(5000, seed=31)
+    nu = sp.PointCloud(sp.measures.VonMisesFisher([1.0, 0, 0], 2.0).sample(300, 32))
+    ex = sp.w2(mu, nu, method="exact")
+    ms = sp.w2(mu, nu, method="multiscale", tol=1e-2, quantize=0.15, newton=True)
+    assert ms.details["final_levels"] == (256, 300)
+    assert np.isfinite(ms.lower) and ms.lower > 0
+    assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
+
+
 def test_multiscale_uniform_vs_antipodal_atoms_is_one():
     # Uniform on S^2 against (delta_e + delta_-e)/2: W2 = 1 (chordal, closed form above). The
     # grid quadrature of |<x, e>| is off by O(nlat^-2) ~ 2.5e-4 at nlat = 64.

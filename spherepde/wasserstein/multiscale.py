@@ -76,6 +76,8 @@ NEWTON_MIN_POINTS = 32768
 NEWTON_STAGE_ITER = 10
 NEWTON_FINAL_ITER = 30
 NEWTON_MARGINAL_TOL = 1e-8
+#: New support searches at a final stage whose Newton solve stalled (see newton.STALL_STEPS).
+NEWTON_RESEARCH = 3
 
 
 # ---------------------------------------------------------------------------------- levels
@@ -736,7 +738,9 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 # taken from the upper bound.
                 it, err, ncg = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
                                             NEWTON_FINAL_ITER, verbose=verbose)
-                if err > 1e-4:
+                for _ in range(NEWTON_RESEARCH):
+                    if err <= NEWTON_MARGINAL_TOL:
+                        break
                     S = _support(X, Y, u, v, eps, theta, geodesic)  # as above
                     it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
                                                   NEWTON_FINAL_ITER, verbose=verbose)
@@ -746,8 +750,14 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 _, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost, lower_too=False)
                 lo = -np.inf
                 if floor or eps <= 2 * np.sqrt(max(hi, 0.0)) * tol_pruned:
+                    # From the Newton side's potential if that side is at its points, else
+                    # from the other side's (its soft c-transform), if that one is.
+                    newton_side = "y" if Y.n <= X.n else "x"
+                    other = "x" if newton_side == "y" else "y"
+                    at_points = {"x": X.full, "y": Y.full}
                     lo, _, _ = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
-                                        side="y" if Y.n <= X.n else "x")
+                                        side=newton_side if at_points[newton_side] else
+                                        (other if at_points[other] else None))
                 lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
                 if verbose:
                     print(f"  newton: {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, lower {lo:.3e}, "

@@ -48,6 +48,8 @@ LM_SHIFT = 1e-6
 #: e^{±MAX_STEP} there, far beyond what a stage needs; only a column the support leaves
 #: without a say over its own mass ever gets near it.
 MAX_STEP = 30.0
+#: Newton gives up after this many steps in a row that raise the marginal error.
+STALL_STEPS = 2
 
 
 @nb.njit(cache=True)
@@ -232,6 +234,7 @@ def newton_columns(indptr, idx, cost, t_indptr, t_idx, t_cost, t_pos, a, b, u, v
         return float(a @ uu + b @ vv), float(np.abs(b - col).sum())
 
     lb = np.log(b)
+    stalled = 0
     val, err = evaluate(v, u)
     total_cg = 0
     it = 0
@@ -283,6 +286,14 @@ def newton_columns(indptr, idx, cost, t_indptr, t_idx, t_cost, t_pos, a, b, u, v
         # reduces the marginal error is then taken on that ground.
         if not (val_new > val or e_new < 0.5 * err):
             evaluate(v, u)  # restore the plan of the last accepted potentials
+            break
+        # The semi-dual grows while the error does not fall: no plan with these marginals
+        # lives on this support (the dual is unbounded there). The caller searches again.
+        stalled = stalled + 1 if e_new >= err else 0
+        if stalled >= STALL_STEPS:
+            v[:] = v_new
+            u[:] = u_new
+            val, err = val_new, e_new
             break
         v[:] = v_new
         u[:] = u_new
