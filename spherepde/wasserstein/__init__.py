@@ -118,8 +118,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         (truncation), ``max_iter`` (per final stage), ``check_chunk`` (iterations before the
         first bracket test), ``quantize`` (largest quantization error of a side stopped at a
         clustering; default from tol and a coarse lower bound on W2), ``newton`` (solve the
-        final levels' stages by Newton instead of Sinkhorn sweeps; default from 32768 points a
-        side), ``prune`` (largest mass of a side's lightest points left out of the solve; the
+        final levels' stages by Newton instead of Sinkhorn sweeps; default when a side has 32768
+        points), ``prune`` (largest mass of a side's lightest points left out of the solve; the
         bracket is widened by what it can move W2), ``seed``, ``verbose``.
 
     Returns

@@ -66,9 +66,9 @@ FEW_POINTS = 64
 #: Points of least mass are left out while their total keeps W2 within tol / PRUNE of the
 #: original on each side (a density integrated on a mesh has cells of mass 1e-40).
 PRUNE = 200
-#: "auto" solves by Newton (:mod:`.newton`) instead of Sinkhorn sweeps when both final levels
-#: have this many points: the stages at the final levels and at every level pair of that
-#: size. There Sinkhorn's large-scale convergence stalls.
+#: "auto" solves by Newton (:mod:`.newton`) instead of Sinkhorn sweeps when a final level has
+#: this many points: the stages at the final levels and at every level pair whose two sides
+#: both have that many. There Sinkhorn's large-scale convergence stalls.
 NEWTON_MIN_POINTS = 32768
 #: Newton iterations per stage (a stage needs 2-4 from the previous stage's potentials), and
 #: at a final stage, where the marginals are converged to NEWTON_MARGINAL_TOL (L1) so that
@@ -631,7 +631,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     newton : bool, optional
         Solve the stages at the final levels, and those whose levels both have
         ``NEWTON_MIN_POINTS`` points, by Newton (:mod:`.newton`) rather than Sinkhorn sweeps.
-        Default: when both final levels have that many points.
+        Default: when one final level has that many points.
     prune : float, optional
         Largest mass left out of each side (its lightest points; see :func:`_prune`). Default:
         what keeps the bracket within tol / PRUNE of each side's W2 change, tol^2 / (PRUNE^2 D).
@@ -692,7 +692,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     check_eps = max(4 * max(final_res), tol / 2)
     lower, upper = -np.inf, np.inf
     resid = np.nan
-    by_newton = newton if newton is not None else min(hx[fx].n, hy[fy].n) >= NEWTON_MIN_POINTS
+    by_newton = newton if newton is not None else max(hx[fx].n, hy[fy].n) >= NEWTON_MIN_POINTS
     for k, (ix, iy) in enumerate(pairs):
         if k > 0:
             Xn, Yn = hx[ix], hy[iy]
