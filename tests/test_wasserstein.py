@@ -6,6 +6,7 @@ import pytest
 import spherepde as sp
 from spherepde import wasserstein as W
 from spherepde.wasserstein import exact as W_exact
+from spherepde.wasserstein import multiscale as W_multiscale
 from spherepde.sphere import GaussGrid, normalize
 
 E_TILTED = normalize(np.array([0.3, -0.5, 0.8]))
@@ -281,21 +282,32 @@ MULTISCALE_SWEEP = [
     (800, 1000, 8, "chordal"),
     (5000, 1500, 3, "chordal"),
 ]
+# The stages at the final levels solved by Newton (forced here; "auto" does it from
+# NEWTON_MIN_POINTS points a side), with the smaller side as the Newton variable on either
+# side (400 x 700 puts it on mu).
+NEWTON_SWEEP = [(600, 400, 3, "chordal"), (400, 700, 3, "geodesic"), (600, 400, 8, "chordal")]
 
 
-@pytest.mark.parametrize("n, m, d, cost", MULTISCALE_SWEEP,
-                         ids=[f"{n}x{m}-d{d}-{c}" for n, m, d, c in MULTISCALE_SWEEP])
-def test_multiscale_bracket_contains_exact(n, m, d, cost):
-    seed = n + 7 * d
+@pytest.mark.parametrize("n, m, d, cost, newton",
+                         [c + (None,) for c in MULTISCALE_SWEEP] + [c + (True,) for c in NEWTON_SWEEP],
+                         ids=[f"{n}x{m}-d{d}-{c}" for n, m, d, c in MULTISCALE_SWEEP]
+                         + [f"newton-{n}x{m}-d{d}-{c}" for n, m, d, c in NEWTON_SWEEP])
+def test_multiscale_bracket_contains_exact(n, m, d, cost, newton):
+    seed = n + (11 if newton else 7) * d
     mu = random_cloud(n, d=d, seed=seed)
     nu = sp.PointCloud(sp.measures.VonMisesFisher(np.eye(d)[0], 2.0).sample(m, seed + 1))
     ex = sp.w2(mu, nu, cost=cost, method="exact")
     tol = 1e-2
-    ms = sp.w2(mu, nu, cost=cost, method="multiscale", tol=tol)
+    ms = sp.w2(mu, nu, cost=cost, method="multiscale", tol=tol, newton=newton)
     assert ms.method == "multiscale" and ms.cost == cost
     assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
     # The solver must reach what it was asked for, and say so.
     assert ms.details["tol_met"] and ms.upper - ms.lower <= tol
+    if newton:
+        # Newton converges the marginals of the final plan (Sinkhorn sweeps stop at 1e-5),
+        # so that the rounding onto them moves next to no mass.
+        final = [s for s in ms.details["stages"] if "upper" in s][-1]
+        assert "cg" in final and final["err"] <= W_multiscale.NEWTON_MARGINAL_TOL
 
 
 @pytest.mark.parametrize("cost", ["chordal"])
@@ -309,6 +321,57 @@ def test_multiscale_bracket_with_both_sides_clustered(cost):
     ex = sp.w2(mu, nu, cost=cost, method="exact")
     ms = sp.w2(mu, nu, cost=cost, method="multiscale", tol=1e-2, quantize=0.2)
     assert ms.details["final_levels"] == (256, 256)  # neither side at its points
+    assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
+
+
+def test_newton_converges_the_column_marginals_quadratically():
+    # From Sinkhorn sweeps stopped at the marginal error 1e-2, damped Newton reaches the L1
+    # marginal error 1e-12 in a few iterations (quadratic convergence: the error squares at
+    # each step); the rows are exact by construction (soft c-transform), to round-off 1e-14
+    # per row. At eps = 0.3 the truncated support is nearly complete, so a plan exists on it.
+    x = random_cloud(700, seed=3)
+    y = sp.PointCloud(sp.measures.VonMisesFisher([0, 0, 1.0], 3.0).sample(500, 4))
+    X, _ = W_multiscale._level(x.points, x.weights, np.zeros(700), True)
+    Y, _ = W_multiscale._level(y.points, y.weights, np.zeros(500), True)
+    eps = 0.3
+    u = 0.5 * eps * np.log(X.weights)
+    v = 0.5 * eps * np.log(Y.weights)
+    S = W_multiscale._support(X, Y, u, v, eps, W_multiscale.THETA, False)
+    W_multiscale._sinkhorn(S, X, Y, u, v, eps, 1e-2, 20)
+    it, err, _ = W_multiscale._solve_stage(S, X, Y, u, v, eps, 1e-12, 15)
+    P = W_multiscale._plan_rows(S.indptr, S.cols, S.cost, u, v, eps)
+    assert err <= 1e-12 and it <= 5
+    assert np.abs(np.bincount(S.cols, weights=P, minlength=Y.n) - Y.weights).sum() <= 1e-12
+    assert np.abs(np.bincount(S.rows, weights=P, minlength=X.n) - X.weights).max() <= 1e-14
+
+
+def test_pruning_negligible_mass_keeps_a_true_bracket():
+    # A concentrated vMF on a Gauss grid: most nodes carry < 1e-30 of the mass. The lightest
+    # points (total t <= prune) are left out of the solve, which moves W2 by at most
+    # sqrt(4 t) per side (keep the rest in place, move t anywhere): checked against the exact
+    # W2 to the pruned measure, then the widened bracket must still contain the exact value.
+    vmf = sp.measures.VonMisesFisher(E_TILTED, 200.0)
+    mu = grid_cloud(32, vmf.density)
+    nu = sp.PointCloud(vmf.sample(1200, 5))
+    xp, ap, t = W_multiscale._prune(mu.points, mu.weights, 1e-6)
+    assert 0 < t <= 1e-6 and len(ap) < mu.n / 2
+    assert sp.w2(mu, sp.PointCloud(xp, ap), method="exact") <= np.sqrt(4 * t)
+    ex = sp.w2(mu, nu, method="exact")
+    ms = sp.w2(mu, nu, method="multiscale", tol=1e-2)
+    assert ms.details["pruned"][0] > 0
+    assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
+
+
+def test_multiscale_newton_with_the_newton_side_clustered():
+    # Newton on the smaller side, here mu stopped at its 256 clusters (quantize): the lower
+    # bound then comes from nu's potential (nu is at its points), the upper one from the
+    # composed coupling; both bound the exact value (round-off of O(n) sums, 1e-12).
+    mu = random_cloud(5000, seed=31)
+    nu = sp.PointCloud(sp.measures.VonMisesFisher([1.0, 0, 0], 2.0).sample(300, 32))
+    ex = sp.w2(mu, nu, method="exact")
+    ms = sp.w2(mu, nu, method="multiscale", tol=1e-2, quantize=0.15, newton=True)
+    assert ms.details["final_levels"] == (256, 300)
+    assert np.isfinite(ms.lower) and ms.lower > 0
     assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
 
 

@@ -20,7 +20,8 @@ above), its cost and the method that produced it.
     Laguerre-cell boundaries; certified to round-off.
 ``multiscale`` (:mod:`.multiscale`)
     ε-scaling log-domain Sinkhorn on a hierarchy of clusterings with a truncated (sparse)
-    kernel; memory O((n + m)·k). The bracket is computed on the original measures: the
+    kernel, and Newton on the semi-dual (:mod:`.newton`) at the final levels of large
+    problems; memory O((n + m)·k). The bracket is computed on the original measures: the
     rounded plan's cost above, doubly c-transformed potentials below. ``"sinkhorn"`` is
     accepted as another name for it.
 
@@ -116,7 +117,10 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
         (truncation), ``max_iter`` (per final stage), ``check_chunk`` (iterations before the
         first bracket test), ``quantize`` (largest quantization error of a side stopped at a
-        clustering; default from tol and a coarse lower bound on W2), ``seed``, ``verbose``.
+        clustering; default from tol and a coarse lower bound on W2), ``newton`` (solve the
+        final levels' stages by Newton instead of Sinkhorn sweeps; default when a side has 32768
+        points), ``prune`` (largest mass of a side's lightest points left out of the solve; the
+        bracket is widened by what it can move W2), ``seed``, ``verbose``.
 
     Returns
     -------

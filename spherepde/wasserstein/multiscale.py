@@ -49,6 +49,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from .costs import c_transform, cost_diameter, geodesic_from_chordal
+from .newton import newton_columns, softmin_row
 from .search import ConeTree
 
 __all__ = ["Level", "hierarchy", "w2_multiscale"]
@@ -62,6 +63,21 @@ REFINE = 4
 #: A side with at most this many points is a set of atoms, not a sampled continuum: its
 #: spacing says nothing about the ε the problem needs.
 FEW_POINTS = 64
+#: Points of least mass are left out while their total keeps W2 within tol / PRUNE of the
+#: original on each side (a density integrated on a mesh has cells of mass 1e-40).
+PRUNE = 200
+#: "auto" solves by Newton (:mod:`.newton`) instead of Sinkhorn sweeps when a final level has
+#: this many points: the stages at the final levels and at every level pair whose two sides
+#: both have that many. There Sinkhorn's large-scale convergence stalls.
+NEWTON_MIN_POINTS = 32768
+#: Newton iterations per stage (a stage needs 2-4 from the previous stage's potentials), and
+#: at a final stage, where the marginals are converged to NEWTON_MARGINAL_TOL (L1) so that
+#: the rounding onto the marginals costs nothing measurable.
+NEWTON_STAGE_ITER = 10
+NEWTON_FINAL_ITER = 30
+NEWTON_MARGINAL_TOL = 1e-8
+#: New support searches at a final stage whose Newton solve stalled (see newton.STALL_STEPS).
+NEWTON_RESEARCH = 3
 
 
 # ---------------------------------------------------------------------------------- levels
@@ -205,15 +221,7 @@ def _softmin(indptr, idx, cost, other, logw, eps, pot, omega):
             err += abs(s - w)
             new = old + eps * (logw[k] - np.log(s))
         else:
-            m = -np.inf
-            for p in range(lo, hi):
-                z = other[idx[p]] - cost[p]
-                if z > m:
-                    m = z
-            t = 0.0
-            for p in range(lo, hi):
-                t += np.exp((other[idx[p]] - cost[p] - m) / eps)
-            new = eps * logw[k] - m - eps * np.log(t)
+            new = eps * logw[k] + softmin_row(lo, hi, idx, other, cost, eps)
             err += w
         pot[k] = old + omega * (new - old)
     return err
@@ -255,6 +263,11 @@ class _Support:
         self.t_cost = _pair_costs(rows, cols, X.points, Y.points, X.offset, Y.offset, geodesic)
         self.t_indptr = np.searchsorted(cols, np.arange(ny + 1)).astype(np.int64)
         order = np.argsort(rows, kind="stable")
+        # Row entry k is column entry order[k]; the inverse map places each column entry in
+        # the row layout (the Newton solver works in both layouts on one array of plan values).
+        self.row_to_col = order
+        self.col_to_row = np.empty_like(order)
+        self.col_to_row[order] = np.arange(order.size)
         self.rows = rows[order]
         self.cols = cols[order]
         self.cost = self.t_cost[order]
@@ -489,10 +502,12 @@ def _extend(Y, vp, YF, own, other, P, X):
     return vp[lab] + 2.0 * np.einsum("nd,nd->n", xstar[lab], Y.points[lab] - YF.points)
 
 
-def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True):
+def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True, side=None):
     """(lower, upper, residual mass) on W2^2 between the full levels XF, YF (the original
     clouds, reordered) from the plan and potentials on the current levels X, Y. lower is
-    -inf unless lower_too (the lower bound costs two c-transforms of the full clouds)."""
+    -inf unless lower_too (the lower bound costs two c-transforms of the full clouds).
+    side ("x" or "y"): take the lower bound from that side's potential only (after Newton,
+    the converged one; the other is its soft c-transform and adds nothing but the cost)."""
     upper, resid = _upper_bound(S, X, Y, u, v, eps, cost)
     if not lower_too:
         return -np.inf, upper, resid
@@ -502,9 +517,9 @@ def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True):
     both = X.full and Y.full
     csr = (S.indptr, S.cols, S.cost)
     csc = (S.t_indptr, S.t_idx, S.t_cost)
-    if X.full:
+    if X.full and side != "y":
         lows.append(_lower_bound(X, YF, up, cost, (csr, csc) if both else None))
-    if Y.full:
+    if Y.full and side != "x":
         lows.append(_lower_bound(Y, XF, vp, cost, (csc, csr) if both else None))
     if not lows:
         # Neither side at its points: a potential on the points of one cloud from the
@@ -523,6 +538,46 @@ def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True):
 
 
 # ---------------------------------------------------------------------------------- driver
+def _prune(x, a, tau):
+    r"""The cloud without its lightest points, of total mass t <= tau, renormalized; and t.
+
+    The pruned measure :math:`\mu' = \mu|_K / (1 - t)` is within
+    :math:`W_2(\mu, \mu') \le \sqrt{D t}` of μ (D the cost's diameter): keep the kept mass
+    in place and move the pruned mass t anywhere. So a bracket on :math:`W_2(\mu', \nu')`
+    widened by these two distances (triangle inequality) is a bracket on :math:`W_2(\mu, \nu)`.
+    """
+    if tau <= 0:
+        return x, a, 0.0
+    order = np.argsort(a, kind="stable")
+    k = int(np.searchsorted(np.cumsum(a[order]), tau, side="right"))
+    if k == 0:
+        return x, a, 0.0
+    keep = np.sort(order[k:])
+    t = float(a[order[:k]].sum())
+    return x[keep], a[keep] / a[keep].sum(), t
+
+
+def _keep_best(lower, upper, resid, lo, hi, res):
+    """Each bound is valid on its own: keep the best of each (with the upper one's residual
+    mass), and the width sqrt(U) - sqrt(L) on W2."""
+    lower = max(lower, lo)
+    if hi < upper:
+        upper, resid = hi, res
+    return lower, upper, resid, np.sqrt(max(upper, 0)) - np.sqrt(max(min(lower, upper), 0))
+
+
+def _solve_stage(S, X, Y, u, v, eps, tol, maxiter, verbose=False):
+    """Newton (:func:`.newton.newton_columns`) on the smaller side's potential, the larger
+    side eliminated by its exact soft c-transform. Returns (iterations, error, CG iterations)."""
+    if Y.n <= X.n:
+        return newton_columns(S.indptr, S.cols, S.cost, S.t_indptr, S.t_idx, S.t_cost, S.col_to_row,
+                              X.weights, Y.weights, u, v, eps, tol, maxiter, points=Y.points,
+                              verbose=verbose)
+    return newton_columns(S.t_indptr, S.t_idx, S.t_cost, S.indptr, S.cols, S.cost, S.row_to_col,
+                          Y.weights, X.weights, v, u, eps, tol, maxiter, points=X.points,
+                          verbose=verbose)
+
+
 def _final_level(levels, budget):
     """Index of the coarsest level whose quantization error is below budget (chordal)."""
     for k, L in enumerate(levels):
@@ -556,7 +611,7 @@ def _quantization_budget(X0, Y0, tol, quantize):
 
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
                   coarsest=COARSEST, max_iter=1000, stage_iter=50, check_chunk=10, quantize=None,
-                  nu_levels=None, seed=0, omega=1.8, verbose=False):
+                  nu_levels=None, seed=0, omega=1.8, newton=None, prune=None, verbose=False):
     r"""W2^2 bracket between (x, a) and (y, b) by multiscale sparse Sinkhorn.
 
     Parameters
@@ -573,6 +628,13 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
         below this (chordal only). Default: sqrt(tol W2_low / 4), at least tol/2, with W2_low
         a certified lower bound on W2 from the coarsest clusterings (see
         :func:`_quantization_budget`).
+    newton : bool, optional
+        Solve the stages at the final levels, and those whose levels both have
+        ``NEWTON_MIN_POINTS`` points, by Newton (:mod:`.newton`) rather than Sinkhorn sweeps.
+        Default: when one final level has that many points.
+    prune : float, optional
+        Largest mass left out of each side (its lightest points; see :func:`_prune`). Default:
+        what keeps the bracket within tol / PRUNE of each side's W2 change, tol^2 / (PRUNE^2 D).
 
     Returns
     -------
@@ -581,6 +643,16 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     t0 = time.perf_counter()
     geodesic = cost == "geodesic"
     diam = cost_diameter(cost)
+    n0, m0 = len(a), len(b)
+    tau = tol**2 / (PRUNE**2 * diam) if prune is None else float(prune)
+    x, a, tau_x = _prune(x, a, tau)
+    if nu_levels is None:
+        y, b, tau_y = _prune(y, b, tau)
+    else:
+        tau_y = 0.0  # a shared clustering belongs to the unpruned nu
+    # Each pruned side moves W2 by at most sqrt(D tau) (see _prune).
+    slack = np.sqrt(diam * tau_x) + np.sqrt(diam * tau_y)
+    tol_pruned = tol - 2 * slack
     hx = hierarchy(x, a, cost, coarsest, seed=seed)
     if nu_levels is not None and nu_levels[-1].n == len(b) and nu_levels[0].n <= coarsest:
         hy = nu_levels
@@ -620,6 +692,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     check_eps = max(4 * max(final_res), tol / 2)
     lower, upper = -np.inf, np.inf
     resid = np.nan
+    by_newton = newton if newton is not None else max(hx[fx].n, hy[fy].n) >= NEWTON_MIN_POINTS
     for k, (ix, iy) in enumerate(pairs):
         if k > 0:
             Xn, Yn = hx[ix], hy[iy]
@@ -639,10 +712,59 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                               else eps <= epsilon * (1 + 1e-12))
             entry = {"level": (X.n, Y.n), "eps": eps, "nnz": S.nnz}
             done = False
-            if not check:
+            newton_here = by_newton and (last or min(X.n, Y.n) >= NEWTON_MIN_POINTS)
+            if not check and newton_here:
+                it, err, ncg = _solve_stage(S, X, Y, u, v, eps, 1e-3, NEWTON_STAGE_ITER,
+                                            verbose=verbose)
+                if err > 1e-3:
+                    # The truncated support may hold no plan with these marginals (Hall's
+                    # condition fails for a few heavy clusters); the stalled solve has moved
+                    # the potentials towards the pairs that are missing: search again.
+                    S = _support(X, Y, u, v, eps, theta, geodesic)
+                    it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, 1e-3, NEWTON_STAGE_ITER,
+                                                  verbose=verbose)
+                    it, ncg = it + it2, ncg + ncg2
+                total_iter += it
+                entry.update(iter=it, err=err, cg=ncg)
+            elif not check:
                 it, err, _ = _sinkhorn(S, X, Y, u, v, eps, 1e-3, stage_iter, 1.0)
                 total_iter += it
                 entry.update(iter=it, err=err)
+            elif newton_here:
+                # Newton converges the marginals at this eps (the residual of the rounding is
+                # then negligible); what is left of the width is the entropic bias, about eps
+                # on W2^2, so the costly lower bound (two exact c-transforms of the full
+                # clouds) waits until eps is below what the width allows: 2 W2 tol, with W2
+                # taken from the upper bound.
+                it, err, ncg = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
+                                            NEWTON_FINAL_ITER, verbose=verbose)
+                for _ in range(NEWTON_RESEARCH):
+                    if err <= NEWTON_MARGINAL_TOL:
+                        break
+                    S = _support(X, Y, u, v, eps, theta, geodesic)  # as above
+                    it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
+                                                  NEWTON_FINAL_ITER, verbose=verbose)
+                    it, ncg = it + it2, ncg + ncg2
+                total_iter += it
+                floor = eps <= final_eps_floor * (1 + 1e-12) or epsilon is not None
+                _, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost, lower_too=False)
+                lo = -np.inf
+                if floor or eps <= 2 * np.sqrt(max(hi, 0.0)) * tol_pruned:
+                    # From the Newton side's potential if that side is at its points, else
+                    # from the other side's (its soft c-transform), if that one is.
+                    newton_side = "y" if Y.n <= X.n else "x"
+                    other = "x" if newton_side == "y" else "y"
+                    at_points = {"x": X.full, "y": Y.full}
+                    lo, _, _ = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
+                                        side=newton_side if at_points[newton_side] else
+                                        (other if at_points[other] else None))
+                lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
+                if verbose:
+                    print(f"  newton: {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, lower {lo:.3e}, "
+                          f"upper {hi:.3e}, residual {res:.2e}, width {width:.2e}, "
+                          f"t {time.perf_counter() - t0:.1f}")
+                entry.update(iter=it, err=err, cg=ncg, lower=lo, upper=hi, residual=res)
+                done = width <= tol_pruned or floor
             else:
                 # At the final levels the bracket is the stopping test: iterate in growing
                 # chunks and stop as soon as it is narrow enough (the marginal error of the
@@ -657,27 +779,23 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                     last_chunk = err <= 1e-5 or it_stage >= max_iter
                     lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
                                            lower_too=chunk == check_chunk or last_chunk)
-                    # Each bound is valid on its own: keep the best of each.
-                    lower = max(lower, lo)
-                    if hi < upper:
-                        upper, resid = hi, res
-                    width = np.sqrt(max(upper, 0)) - np.sqrt(max(min(lower, upper), 0))
+                    lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
                     if verbose:
                         print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
                               f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
                               f"t {time.perf_counter() - t0:.1f}")
-                    if width <= tol or err <= 1e-5 or it_stage >= max_iter:
+                    if width <= tol_pruned or err <= 1e-5 or it_stage >= max_iter:
                         break
                     # The plan's entropic bias (about eps on W2^2) does not iterate away: once
                     # a chunk closes less than a quarter of what is missing, eps is too large
                     # (or at its floor) and more iterations at this eps are wasted.
-                    if prev_width - width < 0.25 * (width - tol):
+                    if prev_width - width < 0.25 * (width - tol_pruned):
                         break
                     prev_width = width
                     chunk = min(2 * chunk, max_iter - it_stage)
                 total_iter += it_stage
                 entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)
-                done = (width <= tol or eps <= final_eps_floor * (1 + 1e-12)
+                done = (width <= tol_pruned or eps <= final_eps_floor * (1 + 1e-12)
                         or epsilon is not None)
             up = u - 0.5 * eps * np.log(X.weights)
             vp = v - 0.5 * eps * np.log(Y.weights)
@@ -690,7 +808,12 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
             eps = eps / 2
             if last:
                 eps = max(eps, final_eps_floor)
-    details = {"n": len(a), "m": len(b), "epsilon": eps, "iterations": total_iter,
+    if slack > 0:
+        # The bracket was on the pruned measures: widen it by their distances (_prune).
+        lower = max(np.sqrt(max(lower, 0.0)) - slack, 0.0) ** 2 if lower > -np.inf else lower
+        upper = (np.sqrt(max(upper, 0.0)) + slack) ** 2
+    details = {"n": n0, "m": m0, "epsilon": eps, "iterations": total_iter,
+               "pruned": (n0 - len(a), m0 - len(b)), "pruned_mass": (tau_x, tau_y),
                "levels": [(hx[i].n, hy[j].n) for i, j in pairs], "nnz": S.nnz,
                "final_levels": (hx[fx].n, hy[fy].n),
                "quantization": (quantization_error(hx[fx]), quantization_error(hy[fy])),
@@ -705,7 +828,7 @@ def w2_multiscale_result(x, a, y, b, cost="chordal", tol=1e-3, **options):
     from .result import bracket_result
 
     allowed = {"epsilon", "theta", "coarsest", "max_iter", "stage_iter", "check_chunk", "quantize",
-               "nu_levels", "seed", "omega", "verbose"}
+               "nu_levels", "seed", "omega", "newton", "prune", "verbose"}
     unknown = set(options) - allowed
     if unknown:
         raise TypeError(f"unknown option(s) for method='multiscale': {', '.join(sorted(unknown))}; "
