@@ -319,15 +319,16 @@ def evaluate_points(alm: np.ndarray, lmax: int, x: np.ndarray, method: str = "au
 def _evaluate_ducc0(alm, lmax, x):
     import ducc0
 
-    from ..interaction.harmonic import _loc
-
     shape = x.shape[:-1]
     xf = x.reshape(-1, 3)
     xf = xf / np.linalg.norm(xf, axis=1, keepdims=True)
+    # (colatitude, longitude in [0, 2 pi)) as ducc0 wants them: (points, 2) contiguous
+    loc = np.empty((xf.shape[0], 2))
+    loc[:, 0] = np.arccos(np.clip(xf[:, 2], -1.0, 1.0))
+    loc[:, 1] = np.mod(np.arctan2(xf[:, 1], xf[:, 0]), 2.0 * np.pi)
     alm = np.asarray(alm, dtype=np.complex128)
     lead = alm.shape[:-1]
     a2 = alm.reshape(-1, alm.shape[-1])
-    loc = _loc(xf)
     out = np.stack([ducc0.sht.synthesis_general(alm=np.ascontiguousarray(a)[None], spin=0,
                                                 lmax=lmax, loc=loc, epsilon=GENERAL_SYNTHESIS_EPS,
                                                 nthreads=0)[0] for a in a2])
