@@ -211,9 +211,10 @@ def test_interrupted_run_marks_the_folder_and_says_what_finished(tiny, tmp_path,
 def test_ctrl_c_on_the_real_process_exits_130(tmp_path):
     cfg = tmp_path / "c.toml"
     # particles only, long enough to be interrupted in the middle of a run on an idle machine
-    # too: 2000 output times force at least 2000 steps (and a W2 at each), where t_end = 50
-    # alone let the run end before the signal
-    cfg.write_text(TINY.replace("t_end = 0.5", "t_end = 50.0").replace("n = 30", "n = 400")
+    # too: 2000 output times force at least 2000 steps, each of 6 evaluations of 3000^2 pairs
+    # (~10 ms each); t_end = 50 alone, or 400 tokens once W2 against the two atoms became an
+    # O(N log N) sort, let the run end before the signal
+    cfg.write_text(TINY.replace("t_end = 0.5", "t_end = 50.0").replace("n = 30", "n = 3000")
                    .replace("n_times = 3", "n_times = 2000"))
     out = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "spherepde.app.cli", "run", str(cfg),
