@@ -177,10 +177,10 @@ class _KernelChooser:
     regions of exponentially little mass and are summed exactly over their caps
     (:class:`spherepde.interaction.harmonic.HarmonicField`), so a choice made once from the
     initial cloud can be wrong by 5-10x late in a run. Each evaluation is timed; the kernel
-    in use is dropped as soon as its time exceeds the other one's last time, and the other
-    one is tried again after ``probe`` evaluations, an interval that doubles each time the
-    trial confirms the current choice (either switch needs a margin of MARGIN, against noise) (so a losing kernel costs O(log(steps)) evaluations).
-    Both kernels agree to the harmonic tolerance (about 100 tol relative), far below the
+    in use is dropped as soon as its time exceeds MARGIN times the other one's last time, and
+    the other one is tried again after PROBE evaluations, an interval that doubles each time
+    a trial confirms the current choice (a trial wins only by the same margin, against noise),
+    so a losing kernel costs O(log(steps)) evaluations. Both kernels agree to the harmonic tolerance (about 100 tol relative), far below the
     step tolerance, so the choice changes the trajectory only at that level.
     """
 
@@ -429,11 +429,11 @@ class ParticleSolver:
             from . import interaction
 
             m = self.model
-            first = interaction.resolve_kernel("auto", cloud.n, cloud.n,
-                                               kappa=m.beta * m.B_norm, d=m.d)
-            if first in ("harmonic", "numba") and interaction.harmonic_applies(
-                    cloud.n, cloud.n, kappa=m.beta * m.B_norm, d=m.d):
-                self._note_kernel("harmonic")  # the chooser needs the field either way
+            kappa = m.beta * m.B_norm
+            first = interaction.resolve_kernel("auto", cloud.n, cloud.n, kappa=kappa, d=m.d)
+            if interaction.harmonic_applies(cloud.n, cloud.n, kappa=kappa, d=m.d):
+                # first is then "harmonic" or "numba"; the chooser needs the field either way
+                self._note_kernel("harmonic")
                 self._kernel_used = "auto"
                 self._chooser = _KernelChooser(self._field, m, first)
             else:

@@ -236,7 +236,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         return out, stats
     if adaptive:
         h = dt if dt is not None else None
-    k_first, k_stages = None, []
+    # f(t, y) is known when the last step was rejected (same t, y) or, for an FSAL tableau,
+    # accepted: then the first stage is not evaluated again
+    k_first, k_stages, fsal = None, [], tab.fsal
     for i in range(1, len(times)):
         t0, t1 = times[i - 1], times[i]
         limit = cap(t0, y)
@@ -259,8 +261,6 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                     raise FloatingPointError(f"the right-hand side is NaN or inf at t = {t}: "
                                              "check the initial state and the model's parameters")
             while t < t1:
-                # f(t, y) is known when the last step was rejected (same t, y) or when the
-                # tableau is FSAL: the first stage is not evaluated again
                 if stats["steps"] + stats["rejected"] > max_steps:
                     raise RuntimeError(f"more than {max_steps} steps; the problem may be stiff "
                                        "or the tolerances too tight")
@@ -280,7 +280,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                     y = y_new
                     # FSAL: the last stage is f at (t_old + c_s hh, y_new), c_s = 1 to
                     # round-off: the same state, the time within an ulp or two of t
-                    k_first = k_stages[-1] if tab.fsal else None
+                    k_first = k_stages[-1] if fsal else None
                     stats["steps"] += 1
                     if progress is not None:
                         progress(t)

@@ -92,6 +92,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..sphere import orthogonal_factor
+from ..transforms.sht import ducc0_locations as _loc
 from ..transforms.sht import fft_size, lm_arrays
 from . import register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
@@ -155,22 +156,6 @@ class Moments:
     degree: int
     coefficients: np.ndarray
     mass: float
-
-
-def _loc(n: np.ndarray) -> np.ndarray:
-    """(theta, phi) of unit vectors n: (m, 3), as ducc0 wants them: (m, 2) contiguous."""
-    loc = np.empty((n.shape[0], 2))
-    _colatitude_longitude(np.ascontiguousarray(n), loc)
-    return loc
-
-
-@njit(parallel=True, cache=True)
-def _colatitude_longitude(n, loc):
-    two_pi = 2.0 * np.pi
-    for i in prange(n.shape[0]):
-        loc[i, 0] = np.arccos(min(1.0, max(-1.0, n[i, 2])))
-        phi = np.arctan2(n[i, 1], n[i, 0])
-        loc[i, 1] = phi + two_pi if phi < 0 else phi
 
 
 def _suffix_sums(terms):

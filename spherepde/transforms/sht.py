@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit, prange
 
 from ..registry import Registry
 from ..sphere import check_rotation, euler_zyz
 
 __all__ = ["SHTBackend", "ShtnsBackend", "Ducc0Backend", "SHT_LIBRARIES", "available_backends",
-           "get_backend", "lm_arrays", "fft_size", "evaluate_points"]
+           "get_backend", "lm_arrays", "fft_size", "evaluate_points", "ducc0_locations"]
 
 
 def lm_arrays(lmax: int):
@@ -316,16 +317,29 @@ def evaluate_points(alm: np.ndarray, lmax: int, x: np.ndarray, method: str = "au
     return _evaluate_direct(alm, lmax, x)
 
 
+def ducc0_locations(n: np.ndarray) -> np.ndarray:
+    """(theta, phi) of unit vectors n: (m, 3), as ducc0 wants them: (m, 2) contiguous, phi in
+    [0, 2 pi)."""
+    loc = np.empty((n.shape[0], 2))
+    _colatitude_longitude(np.ascontiguousarray(n), loc)
+    return loc
+
+
+@njit(parallel=True, cache=True)
+def _colatitude_longitude(n, loc):
+    two_pi = 2.0 * np.pi
+    for i in prange(n.shape[0]):
+        loc[i, 0] = np.arccos(min(1.0, max(-1.0, n[i, 2])))
+        phi = np.arctan2(n[i, 1], n[i, 0])
+        loc[i, 1] = phi + two_pi if phi < 0 else phi
+
+
 def _evaluate_ducc0(alm, lmax, x):
     import ducc0
 
     shape = x.shape[:-1]
     xf = x.reshape(-1, 3)
-    xf = xf / np.linalg.norm(xf, axis=1, keepdims=True)
-    # (colatitude, longitude in [0, 2 pi)) as ducc0 wants them: (points, 2) contiguous
-    loc = np.empty((xf.shape[0], 2))
-    loc[:, 0] = np.arccos(np.clip(xf[:, 2], -1.0, 1.0))
-    loc[:, 1] = np.mod(np.arctan2(xf[:, 1], xf[:, 0]), 2.0 * np.pi)
+    loc = ducc0_locations(xf / np.linalg.norm(xf, axis=1, keepdims=True))
     alm = np.asarray(alm, dtype=np.complex128)
     lead = alm.shape[:-1]
     a2 = alm.reshape(-1, alm.shape[-1])
