@@ -301,7 +301,7 @@ class HarmonicField:
             self._l, self._m = lm_arrays(self.degree)
             self._sqrt_llp1 = np.sqrt(self._l * (self._l + 1.0))
         self.error_level = self._error_level()
-        self.stats = {"queries": 0, "fallback": 0, "cap_atoms": 0}
+        self.stats = {"queries": 0, "fallback": 0, "fallback_work": 0}
 
     @classmethod
     def from_model(cls, model, **kw) -> "HarmonicField":
@@ -740,7 +740,8 @@ class HarmonicField:
         self.stats["fallback"] += int(bad.size)
         w = weights
         tol = float(tol)
-        from .caps import CapSums, full_sums
+        from .caps import full_sums
+        from .farfield import FarField
 
         xb = np.ascontiguousarray(x[bad])
         nx = np.empty_like(xb)
@@ -748,10 +749,10 @@ class HarmonicField:
         _directions(xb, self.B, self.beta, nx, kappa)
         if bad.size <= DIRECT_FALLBACK_MAX:
             s, a, shift = full_sums(points, w, nx, kappa)
-            self.stats["cap_atoms"] += int(bad.size) * points.shape[0]
+            self.stats["fallback_work"] += int(bad.size) * points.shape[0]
         else:
-            s, a, shift, count = CapSums(points, w).sums(nx, kappa, tol)
-            self.stats["cap_atoms"] += int(count.sum())
+            s, a, shift, st = FarField(points, w).sums(kappa[:, None] * nx, tol)
+            self.stats["fallback_work"] += st["direct_terms"] + st["expansion_terms"]
         if self.normalized:
             att[bad] = (a / s[:, None]) @ self.V.T
         else:
