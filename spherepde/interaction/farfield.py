@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from .fused import _REDUCE, _exp_nonpositive, _row3
 
@@ -84,6 +84,10 @@ DROP_SHARE = 0.2
 #: Cost model, in units of one exact term (an exponential, ~1-2 ns): one multiply-add of the
 #: expansion costs about COST_TERM of it.
 COST_TERM = float(__import__("os").environ.get("FF_COST", "0.1"))
+#: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
+MAX_TERMS = 4096
+#: Leaves that the search for a lower bound of each query's log s may visit.
+LOWER_BOUND_LEAVES = 8
 #: Atoms or queries per block of the expansion's vectorized loops.
 BLOCK = 256
 #: Atoms or queries per parallel piece of a large pair; query subtrees of at most this many
@@ -213,66 +217,110 @@ def _upper(q, cA, fA, eA):
     return v
 
 
+@njit(cache=True)
+def _leaf_logsum(q, y, logw, lo, hi):
+    """log sum_j e^{<q, y_j> + log w_j} over [lo, hi)."""
+    m = -np.inf
+    for t in range(lo, hi):
+        m = max(m, q[0] * y[t, 0] + q[1] * y[t, 1] + q[2] * y[t, 2] + logw[t])
+    s = 0.0
+    for t in range(lo, hi):
+        s += math.exp(q[0] * y[t, 0] + q[1] * y[t, 1] + q[2] * y[t, 2] + logw[t] - m)
+    return m + math.log(s)
+
+
 @njit(parallel=True, cache=True)
-def _greedy_lower(qs, y, logw, lo, hi, child, center, frame, ext, out):
-    """out_i = a lower bound of log s_i: the largest logit over one leaf, reached by
-    descending to the child whose box may hold the larger <q, y>."""
+def _lower_bounds(qs, y, logw, lwmax, lo, hi, child, center, frame, ext, budget, out):
+    """out_i = a lower bound of log s_i: the log of the sum over the first `budget` leaves
+    that a branch and bound for max_j <q_i, y_j> + log w_j visits (children in order of their
+    upper bound, nodes skipped once their upper bound is below the best leaf so far)."""
     for i in prange(qs.shape[0]):
         q = qs[i]
-        k = 0
-        while child[k] >= 0:
+        stack = np.empty(128, np.int64)
+        stack[0] = 0
+        top = 1
+        best = -np.inf  # the largest leaf log-sum so far (a bound of the largest logit)
+        total = -np.inf  # log of the sum over the visited leaves (disjoint)
+        leaves = 0
+        while top > 0 and leaves < budget:
+            top -= 1
+            k = stack[top]
+            if _upper(q, center[k], frame[k], ext[k]) + lwmax <= best - 4.0:
+                continue
+            if child[k] < 0:
+                v = _leaf_logsum(q, y, logw, lo[k], hi[k])
+                best = max(best, v)
+                total = max(total, v) + math.log1p(math.exp(-abs(total - v))) \
+                    if total > -np.inf else v
+                leaves += 1
+                continue
             c = child[k]
-            if _upper(q, center[c + 1], frame[c + 1], ext[c + 1]) > \
-                    _upper(q, center[c], frame[c], ext[c]):
-                c += 1
-            k = c
-        best = -np.inf
-        for t in range(lo[k], hi[k]):
-            best = max(best, q[0] * y[t, 0] + q[1] * y[t, 1] + q[2] * y[t, 2] + logw[t])
-        out[i] = best
+            u0 = _upper(q, center[c], frame[c], ext[c])
+            u1 = _upper(q, center[c + 1], frame[c + 1], ext[c + 1])
+            if top + 2 > stack.shape[0]:
+                stack = np.concatenate((stack, np.empty_like(stack)))
+            # the more promising child on top of the stack
+            if u0 >= u1:
+                stack[top], stack[top + 1] = c + 1, c
+            else:
+                stack[top], stack[top + 1] = c, c + 1
+            top += 2
+        out[i] = total
 
 
 # ------------------------------------------------------------------------------ index sets
 @njit(cache=True)
+def _tail_ok(u, theta, eps, total):
+    """Whether the majorant tail of S_theta = {alpha : u^alpha/alpha! >= theta}, times
+    e^{sum u} = total, is at most eps."""
+    acc = comp = 0.0
+    t0 = 1.0
+    for a0 in range(MAX_DEGREE + 1):
+        if a0 > 0:
+            t0 *= u[0] / a0
+        if t0 < theta:
+            break
+        t1 = t0
+        for a1 in range(MAX_DEGREE + 1):
+            if a1 > 0:
+                t1 *= u[1] / a1
+            if t1 < theta:
+                break
+            t2 = t1
+            for a2 in range(MAX_DEGREE + 1):
+                if a2 > 0:
+                    t2 *= u[2] / a2
+                if t2 < theta:
+                    break
+                # Neumaier's compensated sum: total - acc is ~1e-14 of total here
+                v = acc + t2
+                if abs(acc) >= t2:
+                    comp += (acc - v) + t2
+                else:
+                    comp += (t2 - v) + acc
+                acc = v
+    return (total - (acc + comp)) * total <= eps
+
+
+@njit(cache=True)
 def _index_set(u, eps, alpha, lookup):
     """The multi-indices S = {alpha : u^alpha/alpha! >= theta}, theta the largest power of 2
-    for which the majorant tail R_S(u) e^{sum u} <= eps. Fills alpha (rows) and lookup (the
-    row of each index in S and of S + e_k, -1 elsewhere; entries set here are reset by
-    :func:`_clear`); returns (|S|, |S+|), or (-1, -1) if S would need a degree > MAX_DEGREE."""
+    for which the majorant tail R_S(u) e^{sum u} <= eps (found from a first guess, the tail
+    being monotone in theta). Fills alpha (rows) and lookup (the row of each index in S and
+    of S + e_k, -1 elsewhere; entries set here are reset by :func:`_clear`); returns
+    (|S|, |S+|), or (-1, -1) if S would need a degree > MAX_DEGREE or theta < 1e-30."""
     total = math.exp(u[0] + u[1] + u[2])
-    theta = 1.0
-    while True:
-        theta *= 0.5
-        if theta < 1e-30:
-            return -1, -1
-        acc = comp = 0.0
-        t0 = 1.0
-        for a0 in range(MAX_DEGREE + 1):
-            if a0 > 0:
-                t0 *= u[0] / a0
-            if t0 < theta:
+    theta = 2.0 ** math.floor(math.log2(eps / (total * total)))
+    if _tail_ok(u, theta, eps, total):
+        while theta < 1.0 and _tail_ok(u, 2.0 * theta, eps, total):
+            theta *= 2.0
+    else:
+        while True:
+            theta *= 0.5
+            if theta < 1e-30:
+                return -1, -1
+            if _tail_ok(u, theta, eps, total):
                 break
-            t1 = t0
-            for a1 in range(MAX_DEGREE + 1):
-                if a1 > 0:
-                    t1 *= u[1] / a1
-                if t1 < theta:
-                    break
-                t2 = t1
-                for a2 in range(MAX_DEGREE + 1):
-                    if a2 > 0:
-                        t2 *= u[2] / a2
-                    if t2 < theta:
-                        break
-                    # Neumaier's compensated sum: total - acc is ~1e-14 of total here
-                    v = acc + t2
-                    if abs(acc) >= t2:
-                        comp += (acc - v) + t2
-                    else:
-                        comp += (t2 - v) + acc
-                    acc = v
-        if (total - (acc + comp)) * total <= eps:
-            break
     ns = 0
     t0 = 1.0
     for a0 in range(MAX_DEGREE + 1):
@@ -292,7 +340,8 @@ def _index_set(u, eps, alpha, lookup):
                     t2 *= u[2] / a2
                 if t2 < theta:
                     break
-                if a0 >= MAX_DEGREE or a1 >= MAX_DEGREE or a2 >= MAX_DEGREE:
+                if a0 >= MAX_DEGREE or a1 >= MAX_DEGREE or a2 >= MAX_DEGREE or \
+                        4 * (ns + 1) > MAX_TERMS:  # S+ has at most 4 |S| rows
                     _clear(alpha, ns, lookup)
                     return -1, -1
                 alpha[ns, 0], alpha[ns, 1], alpha[ns, 2] = a0, a1, a2
@@ -377,7 +426,7 @@ def _powers(P, k, vals, n, maxd, scale_factorial):
 
 
 @njit(cache=True, fastmath=_REDUCE)
-def _moments(y, w, lo, hi, c, F, qc, alpha, nt, maxd, mom):
+def _moments(y, w, lo, hi, c, F, qc, alpha, nt, maxd, mom, P):
     """mom[r] = sum over the atoms [lo, hi) of w_j e^{<qc, y_j - c> - sigma} b_j^alpha_r,
     b_j = F (y_j - c); returns sigma (their largest <qc, y_j - c>). In blocks of BLOCK atoms
     whose inner loops vectorize."""
@@ -387,7 +436,6 @@ def _moments(y, w, lo, hi, c, F, qc, alpha, nt, maxd, mom):
                     + qc[2] * (y[j, 2] - c[2]))
     for r in range(nt):
         mom[r] = 0.0
-    P = np.empty((3, maxd + 1, BLOCK))
     wv, b0, b1, b2 = np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK)
     for j0 in range(lo, hi, BLOCK):
         nb = min(BLOCK, hi - j0)
@@ -414,11 +462,10 @@ def _moments(y, w, lo, hi, c, F, qc, alpha, nt, maxd, mom):
 
 
 @njit(cache=True, fastmath=_REDUCE)
-def _evaluate(qs, lo, hi, qc, c, F, alpha, ns, nbr, maxd, mom, sigma, T, S, A):
+def _evaluate(qs, lo, hi, qc, c, F, alpha, ns, nbr, maxd, mom, sigma, P, scratch, T, S, A):
     """Adds the expansion with moments mom (shift sigma) at the queries [lo, hi):
     sum_alpha a^alpha/alpha! (m_alpha, m_{alpha + e_k}), a = F (q - qc); nbr[r, k] is the
     row of alpha_r + e_k. In blocks of BLOCK queries whose inner loops vectorize."""
-    P = np.empty((3, maxd + 1, BLOCK))
     a0, a1, a2 = np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK)
     # (s, n_0, n_1, n_2) = M4 tt: the products tt[r, t] = a_t^alpha_r / alpha_r! of a block
     # against the moments (m_alpha, m_{alpha + e_k}), a (4, ns) x (ns, BLOCK) matrix product
@@ -427,7 +474,6 @@ def _evaluate(qs, lo, hi, qc, c, F, alpha, ns, nbr, maxd, mom, sigma, T, S, A):
         M4[0, r] = mom[r]
         for k in range(3):
             M4[k + 1, r] = mom[nbr[r, k]]
-    tt = np.empty((ns, BLOCK))
     for i0 in range(lo, hi, BLOCK):
         nb = min(BLOCK, hi - i0)
         for t in range(nb):
@@ -436,15 +482,14 @@ def _evaluate(qs, lo, hi, qc, c, F, alpha, ns, nbr, maxd, mom, sigma, T, S, A):
             a0[t] = F[0, 0] * d0 + F[0, 1] * d1 + F[0, 2] * d2
             a1[t] = F[1, 0] * d0 + F[1, 1] * d1 + F[1, 2] * d2
             a2[t] = F[2, 0] * d0 + F[2, 1] * d1 + F[2, 2] * d2
-        for t in range(nb, BLOCK):
-            a0[t] = a1[t] = a2[t] = 0.0
-        _powers(P, 0, a0, BLOCK, maxd, True)
-        _powers(P, 1, a1, BLOCK, maxd, True)
-        _powers(P, 2, a2, BLOCK, maxd, True)
+        _powers(P, 0, a0, nb, maxd, True)
+        _powers(P, 1, a1, nb, maxd, True)
+        _powers(P, 2, a2, nb, maxd, True)
+        tt = scratch[:ns * nb].reshape((ns, nb))
         for r in range(ns):
             p0, p1, p2 = P[0, alpha[r, 0]], P[1, alpha[r, 1]], P[2, alpha[r, 2]]
             row = tt[r]
-            for t in range(BLOCK):
+            for t in range(nb):
                 row[t] = p0[t] * p1[t] * p2[t]
         out = M4 @ tt
         for t in range(nb):
@@ -495,8 +540,8 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
     """The dual-tree walk from (root, root): each pair of nodes is dropped, expanded, summed
     directly or split (module docstring). Returns the pairs to expand and to sum directly,
     (n, 2) each, and the number of dropped pairs."""
-    alpha = np.empty(((MAX_DEGREE + 2) ** 3, 3), np.int64)
-    lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int64)
+    alpha = np.empty((MAX_TERMS, 3), np.int64)
+    lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
     u = np.empty(3)
     stack = np.empty((256, 2), np.int64)
     stack[0, 0], stack[0, 1] = 0, 0
@@ -551,7 +596,7 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
 
 @njit(cache=True)
 def _pair(Q, P, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax, lwspread, alo, ahi,
-          acen, afr, aext, eps, alpha, lookup, nbr, mom, T, S, A):
+          acen, afr, aext, eps, alpha, lookup, nbr, mom, pows, scratch, T, S, A):
     """One pair, serially; returns its work (terms)."""
     if not expand:
         _direct(qs, qlo[Q], qhi[Q], yT, logw, alo[P], ahi[P], acen[P], afr[P], aext[P], lwmax,
@@ -560,9 +605,9 @@ def _pair(Q, P, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax, lw
     u = np.empty(3)
     _cross_bounds(Q, P, qfr, qext, afr, aext, u)
     ns, nt, maxd = _prepare(u, eps, alpha, lookup, nbr)
-    sigma = _moments(y, w, alo[P], ahi[P], acen[P], afr[P], qcen[Q], alpha, nt, maxd, mom)
+    sigma = _moments(y, w, alo[P], ahi[P], acen[P], afr[P], qcen[Q], alpha, nt, maxd, mom, pows)
     _evaluate(qs, qlo[Q], qhi[Q], qcen[Q], acen[P], afr[P], alpha, ns, nbr, maxd, mom, sigma,
-              T, S, A)
+              pows, scratch, T, S, A)
     return 0, (qhi[Q] - qlo[Q] + ahi[P] - alo[P]) * nt
 
 
@@ -572,9 +617,9 @@ def _run_big(pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax
     """Pairs whose query node is above the task cut, one after the other, each split into
     CHUNK-sized parallel pieces: atom chunks (their moments, combined with their shifts)
     and query blocks (disjoint rows of T, S, A)."""
-    alpha = np.empty(((MAX_DEGREE + 2) ** 3, 3), np.int64)
-    lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int64)
-    nbr = np.empty(((MAX_DEGREE + 2) ** 3, 3), np.int64)
+    alpha = np.empty((MAX_TERMS, 3), np.int64)
+    lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
+    nbr = np.empty((MAX_TERMS, 3), np.int64)
     u = np.empty(3)
     work = np.zeros(2, np.int64)  # exact terms, expansion terms
     for p in range(pairs.shape[0]):
@@ -593,8 +638,9 @@ def _run_big(pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax
         moms = np.empty((nac, nt))
         sig = np.empty(nac)
         for b in prange(nac):
+            pows = np.empty((3, MAX_DEGREE + 2, BLOCK))
             sig[b] = _moments(y, w, a0 + b * CHUNK, min(a1, a0 + (b + 1) * CHUNK), acen[P],
-                              afr[P], qcen[Q], alpha, nt, maxd, moms[b])
+                              afr[P], qcen[Q], alpha, nt, maxd, moms[b], pows)
         sigma = sig.max()
         mom = np.zeros(nt)
         for b in range(nac):
@@ -602,31 +648,38 @@ def _run_big(pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax
             for r in range(nt):
                 mom[r] += f * moms[b, r]
         for b in prange(nqc):
+            pows = np.empty((3, MAX_DEGREE + 2, BLOCK))
+            scratch = np.empty(ns * BLOCK)
             _evaluate(qs, q0 + b * CHUNK, min(q1, q0 + (b + 1) * CHUNK), qcen[Q], acen[P],
-                      afr[P], alpha, ns, nbr, maxd, mom, sigma, T, S, A)
+                      afr[P], alpha, ns, nbr, maxd, mom, sigma, pows, scratch, T, S, A)
         work[1] += (q1 - q0 + a1 - a0) * nt
     return work
 
 
 @njit(parallel=True, cache=True)
-def _run_small(start, pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax,
+def _run_small(nthreads, start, pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax,
                lwspread, alo, ahi, acen, afr, aext, eps, T, S, A, work):
     """The other pairs, grouped by the query subtree (task) that holds their query node:
     tasks in parallel (their queries are disjoint), the pairs of a task serially."""
-    for t in prange(start.shape[0] - 1):
-        alpha = np.empty(((MAX_DEGREE + 2) ** 3, 3), np.int64)
-        lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int64)
-        nbr = np.empty(((MAX_DEGREE + 2) ** 3, 3), np.int64)
-        mom = np.empty((MAX_DEGREE + 2) ** 3)
-        acc0 = acc1 = 0
-        for p in range(start[t], start[t + 1]):
-            w0, w1 = _pair(pairs[p, 0], pairs[p, 1], expand[p], qs, qlo, qhi, qcen, qfr, qext, y,
-                         yT, w, logw, lwmax, lwspread, alo, ahi, acen, afr, aext, eps, alpha,
-                         lookup, nbr, mom, T, S, A)
-            acc0 += w0
-            acc1 += w1
-        work[t, 0] = acc0
-        work[t, 1] = acc1
+    ntask = start.shape[0] - 1
+    nth = min(ntask, nthreads)
+    for th in prange(nth):
+        alpha = np.empty((MAX_TERMS, 3), np.int64)
+        lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
+        nbr = np.empty((MAX_TERMS, 3), np.int64)
+        mom = np.empty(MAX_TERMS)
+        pows = np.empty((3, MAX_DEGREE + 2, BLOCK))
+        scratch = np.empty(MAX_TERMS * BLOCK)
+        for t in range(th, ntask, nth):
+            acc0 = acc1 = 0
+            for p in range(start[t], start[t + 1]):
+                w0, w1 = _pair(pairs[p, 0], pairs[p, 1], expand[p], qs, qlo, qhi, qcen, qfr,
+                               qext, y, yT, w, logw, lwmax, lwspread, alo, ahi, acen, afr, aext,
+                               eps, alpha, lookup, nbr, mom, pows, scratch, T, S, A)
+                acc0 += w0
+                acc1 += w1
+            work[t, 0] = acc0
+            work[t, 1] = acc1
 
 
 @njit(cache=True)
@@ -761,8 +814,8 @@ class FarField:
         qidx, qlo, qhi, qchild, qcen, qfr, qext = _build(q3, LEAF_SIZE)
         qs = np.ascontiguousarray(q3[qidx])
         lam = np.empty(m)
-        _greedy_lower(qs, self._y, self._logw, self._lo, self._hi, self._child, self._cen,
-                      self._fr, self._ext, lam)
+        _lower_bounds(qs, self._y, self._logw, float(self._logw.max()), self._lo, self._hi,
+                      self._child, self._cen, self._fr, self._ext, LOWER_BOUND_LEAVES, lam)
         qlam = _node_min(qlo, qhi, qchild, lam)
         qmax = _node_max_norm(qlo, qhi, qchild, qs)
         exp_pairs, dir_pairs, dropped = _traverse(
@@ -788,7 +841,8 @@ class FarField:
         start = np.flatnonzero(np.r_[True, small_task[1:] != small_task[:-1], True]) \
             if small_task.size else np.zeros(1, dtype=np.int64)
         per_task = np.zeros((max(start.size - 1, 0), 2), dtype=np.int64)
-        _run_small(start.astype(np.int64), small, small_expand, *common, per_task)
+        _run_small(4 * get_num_threads(), start.astype(np.int64), small, small_expand, *common,
+                   per_task)
         stats = dict(pairs_expanded=int(expand.sum()), pairs_direct=int((~expand).sum()),
                      pairs_dropped=int(dropped),
                      direct_terms=int(work[0] + per_task[:, 0].sum()),
