@@ -84,10 +84,12 @@ DROP_SHARE = 0.2
 #: Cost model, in units of one exact term (an exponential, ~1-2 ns): one multiply-add of the
 #: expansion costs about COST_TERM of it.
 COST_TERM = float(__import__("os").environ.get("FF_COST", "0.1"))
+#: Nodes that the search for a lower bound of each query's log s may visit.
+LOWER_BOUND_VISITS = int(__import__("os").environ.get("FF_VISITS", "24"))
+#: Pairs whose index set S+ would be larger are split rather than expanded.
+MAX_SET = int(__import__("os").environ.get("FF_MAXSET", "128"))
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
 MAX_TERMS = 4096
-#: Leaves that the search for a lower bound of each query's log s may visit.
-LOWER_BOUND_LEAVES = 8
 #: Atoms or queries per block of the expansion's vectorized loops.
 BLOCK = 256
 #: Atoms or queries per parallel piece of a large pair; query subtrees of at most this many
@@ -97,18 +99,18 @@ CHUNK = 4096
 
 # ------------------------------------------------------------------------------ the tree
 @njit(cache=True)
-def _frame(p, idx, lo, hi, center, frame, ext):
-    """Principal frame of the points p[idx[lo:hi]]: frame rows f_k (descending spread),
+def _frame(p, lo, hi, center, frame, ext):
+    """Principal frame of the points p[lo:hi]: frame rows f_k (descending spread),
     the centre moved to the middle of the bounding box in that frame, half-extents ext."""
     n = hi - lo
     m = np.zeros(3)
     for t in range(lo, hi):
         for a in range(3):
-            m[a] += p[idx[t], a]
+            m[a] += p[t, a]
     m /= n
     cov = np.zeros((3, 3))
     for t in range(lo, hi):
-        j = idx[t]
+        j = t
         for a in range(3):
             da = p[j, a] - m[a]
             for b in range(a, 3):
@@ -123,7 +125,7 @@ def _frame(p, idx, lo, hi, center, frame, ext):
     lo_k = np.full(3, np.inf)
     hi_k = np.full(3, -np.inf)
     for t in range(lo, hi):
-        j = idx[t]
+        j = t
         for k in range(3):
             v = frame[k, 0] * (p[j, 0] - m[0]) + frame[k, 1] * (p[j, 1] - m[1]) + \
                 frame[k, 2] * (p[j, 2] - m[2])
@@ -163,6 +165,7 @@ def _build(p, leaf):
     frame = np.empty((cap, 3, 3))
     ext = np.empty((cap, 3))
     idx = np.arange(n)
+    pp = p.copy()  # rows move with idx: every pass reads contiguous memory
     lo[0], hi[0] = 0, n
     count = 1
     stack = np.empty(128, np.int64)
@@ -172,7 +175,7 @@ def _build(p, leaf):
         top -= 1
         k = stack[top]
         a, b = lo[k], hi[k]
-        _frame(p, idx, a, b, center[k], frame[k], ext[k])
+        _frame(pp, a, b, center[k], frame[k], ext[k])
         if b - a <= leaf:
             continue
         # split at the middle of the widest principal axis (the centre is that middle)
@@ -180,11 +183,12 @@ def _build(p, leaf):
         f0, f1, f2 = frame[k, 0, 0], frame[k, 0, 1], frame[k, 0, 2]
         c0, c1, c2 = center[k, 0], center[k, 1], center[k, 2]
         while i <= j:
-            t = idx[i]
-            if f0 * (p[t, 0] - c0) + f1 * (p[t, 1] - c1) + f2 * (p[t, 2] - c2) < 0.0:
+            if f0 * (pp[i, 0] - c0) + f1 * (pp[i, 1] - c1) + f2 * (pp[i, 2] - c2) < 0.0:
                 i += 1
             else:
                 idx[i], idx[j] = idx[j], idx[i]
+                for r in range(3):
+                    pp[i, r], pp[j, r] = pp[j, r], pp[i, r]
                 j -= 1
         if i == a or i == b:  # all points coincide along the axis: split by count
             i = (a + b) // 2
@@ -225,47 +229,82 @@ def _leaf_logsum(q, y, logw, lo, hi):
         m = max(m, q[0] * y[t, 0] + q[1] * y[t, 1] + q[2] * y[t, 2] + logw[t])
     s = 0.0
     for t in range(lo, hi):
-        s += math.exp(q[0] * y[t, 0] + q[1] * y[t, 1] + q[2] * y[t, 2] + logw[t] - m)
+        s += _exp_nonpositive(q[0] * y[t, 0] + q[1] * y[t, 1] + q[2] * y[t, 2] + logw[t] - m)
     return m + math.log(s)
 
 
+@njit(cache=True)
+def _node_lower(q, c, f, e, logW):
+    """log W + min over the node's box of <q, y>: a lower bound of log sum_{j in node} w_j
+    e^{<q, y_j>} (log W = log sum_j w_j of the node)."""
+    v = _dot3(q, c)
+    for k in range(3):
+        v -= abs(_dot3(q, f[k])) * e[k]
+    return logW + v
+
+
 @njit(parallel=True, cache=True)
-def _lower_bounds(qs, y, logw, lwmax, lo, hi, child, center, frame, ext, budget, out):
-    """out_i = a lower bound of log s_i: the log of the sum over the first `budget` leaves
-    that a branch and bound for max_j <q_i, y_j> + log w_j visits (children in order of their
-    upper bound, nodes skipped once their upper bound is below the best leaf so far)."""
+def _lower_bounds(qs, y, logw, lwmax, lo, hi, child, center, frame, ext, logW, visits, out):
+    """out_i = a lower bound of log s_i. First the best of the node bounds
+    (:func:`_node_lower`) on a descent into the child with the larger bound, and the exact
+    log-sum over the leaf reached; then a branch and bound for the largest logit (children in
+    the order of their upper bounds, nodes skipped whose upper bound is below the best found),
+    for at most `visits` nodes, whose leaves' log-sums may raise the bound (a query whose
+    largest term is a lone atom far from the bulk)."""
     for i in prange(qs.shape[0]):
         q = qs[i]
-        stack = np.empty(128, np.int64)
+        k = 0
+        best = _node_lower(q, center[0], frame[0], ext[0], logW[0])
+        while child[k] >= 0:
+            c = child[k]
+            l0 = _node_lower(q, center[c], frame[c], ext[c], logW[c])
+            l1 = _node_lower(q, center[c + 1], frame[c + 1], ext[c + 1], logW[c + 1])
+            k = c if l0 >= l1 else c + 1
+            best = max(best, max(l0, l1))
+        best = max(best, _leaf_logsum(q, y, logw, lo[k], hi[k]))
+        stack = np.empty(64, np.int64)
         stack[0] = 0
         top = 1
-        best = -np.inf  # the largest leaf log-sum so far (a bound of the largest logit)
-        total = -np.inf  # log of the sum over the visited leaves (disjoint)
-        leaves = 0
-        while top > 0 and leaves < budget:
+        seen = 0
+        while top > 0 and seen < visits:
             top -= 1
             k = stack[top]
-            if _upper(q, center[k], frame[k], ext[k]) + lwmax <= best - 4.0:
+            seen += 1
+            if _upper(q, center[k], frame[k], ext[k]) + lwmax <= best:
                 continue
             if child[k] < 0:
-                v = _leaf_logsum(q, y, logw, lo[k], hi[k])
-                best = max(best, v)
-                total = max(total, v) + math.log1p(math.exp(-abs(total - v))) \
-                    if total > -np.inf else v
-                leaves += 1
+                best = max(best, _leaf_logsum(q, y, logw, lo[k], hi[k]))
                 continue
             c = child[k]
-            u0 = _upper(q, center[c], frame[c], ext[c])
-            u1 = _upper(q, center[c + 1], frame[c + 1], ext[c + 1])
             if top + 2 > stack.shape[0]:
                 stack = np.concatenate((stack, np.empty_like(stack)))
-            # the more promising child on top of the stack
-            if u0 >= u1:
+            if _upper(q, center[c], frame[c], ext[c]) >= \
+                    _upper(q, center[c + 1], frame[c + 1], ext[c + 1]):
                 stack[top], stack[top + 1] = c + 1, c
             else:
                 stack[top], stack[top + 1] = c, c + 1
             top += 2
-        out[i] = total
+        out[i] = best
+
+
+@njit(cache=True)
+def _node_logsum(lo, hi, child, logw):
+    """log of the total weight of each node (children come after their parent)."""
+    out = np.empty(lo.shape[0])
+    for k in range(lo.shape[0] - 1, -1, -1):
+        if child[k] < 0:
+            m = -np.inf
+            for t in range(lo[k], hi[k]):
+                m = max(m, logw[t])
+            s = 0.0
+            for t in range(lo[k], hi[k]):
+                s += math.exp(logw[t] - m)
+            out[k] = m + math.log(s)
+        else:
+            a, b = out[child[k]], out[child[k] + 1]
+            m = max(a, b)
+            out[k] = m + math.log(math.exp(a - m) + math.exp(b - m))
+    return out
 
 
 # ------------------------------------------------------------------------------ index sets
@@ -522,27 +561,42 @@ def _prepare(u, eps, alpha, lookup, nbr):
 
 
 def _cross_bounds(Q, P, qfr, qext, afr, aext, u):
-    """u_k = abar_k bbar_k: the query node's extents seen along the atom node's axes times
-    the atom node's extents."""
+    """u_k >= abar_k bbar_k: the query node's extents seen along the atom node's axes times
+    the atom node's extents, rounded up to the grid 2^(j/4 - 20) (a larger u only enlarges S, and
+    the grid lets the traversal remember the set sizes); returns the grid indices j_k
+    (u_k below 2^-20 is raised to it)."""
+    j = np.empty(3, np.int64)
     for k in range(3):
         v = 0.0
         for l in range(3):
             v += abs(_dot3(afr[P, k], qfr[Q, l])) * qext[Q, l]
-        u[k] = v * aext[P, k]
+        v *= aext[P, k]
+        if v <= 2.0 ** -20:
+            u[k], j[k] = 2.0 ** -20, 0
+        else:
+            jj = min(int(math.ceil(4.0 * (math.log2(v) + 20.0))), GRID - 1)
+            u[k], j[k] = 2.0 ** (jj / 4.0 - 20.0), jj
+    return j
 
 
 _cross_bounds = njit(cache=True)(_cross_bounds)
 
+#: Levels of the grid of u (2^(j/4 - 20), j < GRID; u up to 2^3; above that no pair is
+#: expanded).
+GRID = 92
+
 
 @njit(cache=True)
 def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, acen, afr,
-              aext, log_drop, eps, u_max, cost_term):
+              aext, log_drop, eps, u_max, cost_term, max_set):
     """The dual-tree walk from (root, root): each pair of nodes is dropped, expanded, summed
     directly or split (module docstring). Returns the pairs to expand and to sum directly,
     (n, 2) each, and the number of dropped pairs."""
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
     u = np.empty(3)
+    # the index-set sizes (|S|, |S+|) of each u on the grid, -2 until computed
+    sizes = np.full((GRID, GRID, GRID, 2), -2, np.int32)
     stack = np.empty((256, 2), np.int64)
     stack[0, 0], stack[0, 1] = 0, 0
     top = 1
@@ -560,13 +614,19 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
         if hi < log_drop + qlam[Q]:
             dropped += 1
             continue
-        _cross_bounds(Q, P, qfr, qext, afr, aext, u)
+        j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
         direct_cost = float(nq) * na
         if max(u[0], max(u[1], u[2])) <= u_max:
-            ns, nt = _index_set(u, eps, alpha, lookup)
+            ns, nt = sizes[j[0], j[1], j[2], 0], sizes[j[0], j[1], j[2], 1]
+            if ns == -2:  # not known yet
+                ns, nt = _index_set(u, eps, alpha, lookup)
+                if ns > 0:
+                    _clear(alpha, nt, lookup)
+                sizes[j[0], j[1], j[2], 0], sizes[j[0], j[1], j[2], 1] = ns, nt
             if ns > 0:
-                _clear(alpha, nt, lookup)
-                if cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0)) <= direct_cost:
+                # a large index set means a large pair: its children's sets are much smaller
+                if nt <= max_set and cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0)) \
+                        <= direct_cost:
                     if ne == exp_pairs.shape[0]:
                         exp_pairs = np.concatenate((exp_pairs, np.empty_like(exp_pairs)))
                     exp_pairs[ne, 0], exp_pairs[ne, 1] = Q, P
@@ -777,6 +837,7 @@ class FarField:
         self._w = np.ascontiguousarray(w[idx])
         self._logw = np.log(self._w)
         self._yT = np.ascontiguousarray(self._y.T)
+        self._logW = _node_logsum(self._lo, self._hi, self._child, self._logw)
 
     @property
     def n(self) -> int:
@@ -815,13 +876,14 @@ class FarField:
         qs = np.ascontiguousarray(q3[qidx])
         lam = np.empty(m)
         _lower_bounds(qs, self._y, self._logw, float(self._logw.max()), self._lo, self._hi,
-                      self._child, self._cen, self._fr, self._ext, LOWER_BOUND_LEAVES, lam)
+                      self._child, self._cen, self._fr, self._ext, self._logW,
+                      LOWER_BOUND_VISITS, lam)
         qlam = _node_min(qlo, qhi, qchild, lam)
         qmax = _node_max_norm(qlo, qhi, qchild, qs)
         exp_pairs, dir_pairs, dropped = _traverse(
             qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, self._lo, self._hi, self._child,
             self._cen, self._fr, self._ext, math.log(DROP_SHARE * tol / self.mass),
-            EXPANSION_SHARE * tol, U_MAX, COST_TERM)
+            EXPANSION_SHARE * tol, U_MAX, COST_TERM, MAX_SET)
         pairs = np.concatenate((exp_pairs, dir_pairs))
         expand = np.zeros(pairs.shape[0], dtype=np.bool_)
         expand[:exp_pairs.shape[0]] = True
