@@ -99,43 +99,89 @@ CHUNK = 4096
 
 # ------------------------------------------------------------------------------ the tree
 @njit(cache=True)
+def _eig3(a, vec):
+    """Eigenvectors of the symmetric 3x3 matrix a (overwritten) by cyclic Jacobi rotations,
+    as the columns of vec; returns the eigenvalues (the diagonal). A LAPACK call per tree
+    node cost more than the node's points."""
+    for i in range(3):
+        for j in range(3):
+            vec[i, j] = 1.0 if i == j else 0.0
+    for _ in range(12):
+        off = abs(a[0, 1]) + abs(a[0, 2]) + abs(a[1, 2])
+        if off <= 1e-30 * (abs(a[0, 0]) + abs(a[1, 1]) + abs(a[2, 2])) or off == 0.0:
+            break
+        for p, q in ((0, 1), (0, 2), (1, 2)):
+            if a[p, q] == 0.0:
+                continue
+            theta = (a[q, q] - a[p, p]) / (2.0 * a[p, q])
+            t = (1.0 if theta >= 0 else -1.0) / (abs(theta) + math.sqrt(theta * theta + 1.0))
+            c = 1.0 / math.sqrt(t * t + 1.0)
+            sn = t * c
+            for k in range(3):  # a <- a J (columns p, q)
+                akp, akq = a[k, p], a[k, q]
+                a[k, p], a[k, q] = c * akp - sn * akq, sn * akp + c * akq
+            for k in range(3):  # a <- J^T a (rows p, q)
+                apk, aqk = a[p, k], a[q, k]
+                a[p, k], a[q, k] = c * apk - sn * aqk, sn * apk + c * aqk
+            for k in range(3):
+                vkp, vkq = vec[k, p], vec[k, q]
+                vec[k, p], vec[k, q] = c * vkp - sn * vkq, sn * vkp + c * vkq
+    return a[0, 0], a[1, 1], a[2, 2]
+
+
+@njit(cache=True)
 def _frame(p, lo, hi, center, frame, ext):
-    """Principal frame of the points p[lo:hi]: frame rows f_k (descending spread),
-    the centre moved to the middle of the bounding box in that frame, half-extents ext."""
+    """Principal frame of the points p[lo:hi]: frame rows f_k (descending spread), the
+    centre moved to the middle of the bounding box in that frame, half-extents ext."""
     n = hi - lo
-    m = np.zeros(3)
+    m0 = m1 = m2 = 0.0
     for t in range(lo, hi):
-        for a in range(3):
-            m[a] += p[t, a]
-    m /= n
-    cov = np.zeros((3, 3))
+        m0 += p[t, 0]
+        m1 += p[t, 1]
+        m2 += p[t, 2]
+    m0, m1, m2 = m0 / n, m1 / n, m2 / n
+    c00 = c01 = c02 = c11 = c12 = c22 = 0.0
     for t in range(lo, hi):
-        j = t
-        for a in range(3):
-            da = p[j, a] - m[a]
-            for b in range(a, 3):
-                cov[a, b] += da * (p[j, b] - m[b])
-    for a in range(3):
-        for b in range(a):
-            cov[a, b] = cov[b, a]
-    _, vec = np.linalg.eigh(cov)
+        d0, d1, d2 = p[t, 0] - m0, p[t, 1] - m1, p[t, 2] - m2
+        c00 += d0 * d0
+        c01 += d0 * d1
+        c02 += d0 * d2
+        c11 += d1 * d1
+        c12 += d1 * d2
+        c22 += d2 * d2
+    cov = np.empty((3, 3))
+    cov[0, 0], cov[0, 1], cov[0, 2] = c00, c01, c02
+    cov[1, 0], cov[1, 1], cov[1, 2] = c01, c11, c12
+    cov[2, 0], cov[2, 1], cov[2, 2] = c02, c12, c22
+    vec = np.empty((3, 3))
+    ev = _eig3(cov, vec)
+    # rows of frame: eigenvectors by descending eigenvalue
+    order = (0, 1, 2)
+    e0, e1, e2 = ev
+    if e0 >= e1 and e0 >= e2:
+        order = (0, 1, 2) if e1 >= e2 else (0, 2, 1)
+    elif e1 >= e0 and e1 >= e2:
+        order = (1, 0, 2) if e0 >= e2 else (1, 2, 0)
+    else:
+        order = (2, 0, 1) if e0 >= e1 else (2, 1, 0)
     for k in range(3):
         for a in range(3):
-            frame[k, a] = vec[a, 2 - k]
-    lo_k = np.full(3, np.inf)
-    hi_k = np.full(3, -np.inf)
+            frame[k, a] = vec[a, order[k]]
+    l0 = l1 = l2 = np.inf
+    h0 = h1 = h2 = -np.inf
     for t in range(lo, hi):
-        j = t
-        for k in range(3):
-            v = frame[k, 0] * (p[j, 0] - m[0]) + frame[k, 1] * (p[j, 1] - m[1]) + \
-                frame[k, 2] * (p[j, 2] - m[2])
-            lo_k[k] = min(lo_k[k], v)
-            hi_k[k] = max(hi_k[k], v)
-    for a in range(3):
-        center[a] = m[a]
-    for k in range(3):
-        mid = 0.5 * (lo_k[k] + hi_k[k])
-        ext[k] = 0.5 * (hi_k[k] - lo_k[k]) * (1.0 + 1e-12) + 1e-300
+        d0, d1, d2 = p[t, 0] - m0, p[t, 1] - m1, p[t, 2] - m2
+        v0 = frame[0, 0] * d0 + frame[0, 1] * d1 + frame[0, 2] * d2
+        v1 = frame[1, 0] * d0 + frame[1, 1] * d1 + frame[1, 2] * d2
+        v2 = frame[2, 0] * d0 + frame[2, 1] * d1 + frame[2, 2] * d2
+        l0, h0 = min(l0, v0), max(h0, v0)
+        l1, h1 = min(l1, v1), max(h1, v1)
+        l2, h2 = min(l2, v2), max(h2, v2)
+    center[0], center[1], center[2] = m0, m1, m2
+    for k, lk, hk in ((0, l0, h0), (1, l1, h1), (2, l2, h2)):
+        mid = 0.5 * (lk + hk)
+        # the extents in exact arithmetic, widened for the rounding of the projections
+        ext[k] = 0.5 * (hk - lk) * (1.0 + 1e-12) + 1e-15
         for a in range(3):
             center[a] += mid * frame[k, a]
 
