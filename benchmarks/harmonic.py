@@ -13,13 +13,18 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    time for the same right-hand side (from 1024 queries, scaled) as the reference.
 3. ``--crossover``: per beta, the N above which the harmonic right-hand side beats numba.
 4. ``--full-run``: the default scenario at beta = 1000 with N tokens (default 10^6) to
-   t = 14 with ``ParticleSolver(model, kernel="harmonic")``: wall time, steps, the share of
-   queries the error bound sent to the exact cap sums (``fallback``) and the atoms summed
-   per fallback query (``cap_atoms``; a query among at most 128 counts all N), per output
-   time and every 5 steps. Long: run it with nohup and a log.
+   t = 14 with ``ParticleSolver(model, kernel=--kernel)``: wall time, steps, the share of
+   queries the error bound sent to the fallback (``fallback``) and the work per fallback
+   query (``fallback_work``: exact plus far-field expansion terms), per output time and
+   every 5 steps; ``--save-dir`` keeps the clouds. Long: run it with nohup and a log.
+5. ``--late [CLOUD.npy ...]``: one right-hand side at each N of ``--n-late`` on the initial
+   cloud and on late clouds resampled from saved ones (``resample``), in fresh subprocesses:
+   time, peak memory, the far-field fallback against the exact cap sums it replaced on the
+   same queries, and the fused numba kernel.
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
-       [--n-full 1000000] [--json out.json]   (no flag: the first three)
+       [--n-full 1000000] [--kernel auto] [--save-dir DIR] [--late [CLOUD.npy ...]]
+       [--n-late 262144 1000000] [--json out.json]   (no flag: the first three)
 """
 from __future__ import annotations
 
