@@ -12,8 +12,13 @@
    for N = 64 .. 2048 at beta = 4, 64, 1000 (best of 7, same run), which places
    ``spherepde.interaction.AUTO_NUMBA_SIZE``.
 
+5. ``--vector-width``: the fused kernel with numba's default 256-bit vectors against the
+   512-bit ones ``spherepde`` asks for on AVX-512 hosts (``spherepde._numba_target``), each
+   in a fresh subprocess (the features are fixed per process), alternated A B A B, one
+   thread, N = 4000, beta = 4, 256, 1000; prints pairs/s and the ratio per beta.
+
 Usage: python benchmarks/particles.py [--n 16384] [--n-memory 100000] [--repeat 3]
-       [--numpy-crossover]
+       [--numpy-crossover] [--vector-width]
 """
 from __future__ import annotations
 
@@ -140,6 +145,41 @@ def numpy_crossover(repeat=7):
     return rows
 
 
+_WIDTH_CHILD = """
+import json, time, numpy as np
+import spherepde  # sets numba's target features (or not) before numba compiles
+import numba
+from spherepde.interaction.fused import attention_numba
+n = 4000
+rng = np.random.default_rng(0)
+x = rng.normal(size=(n, 3)); x /= np.linalg.norm(x, axis=1, keepdims=True)
+w = np.full(n, 1.0 / n)
+out = {"features": numba.config.CPU_FEATURES or "default"}
+for beta in (4.0, 256.0, 1000.0):
+    attention_numba(x, x, x, w, beta, True)
+    best = np.inf
+    for _ in range(7):
+        t0 = time.perf_counter()
+        attention_numba(x, x, x, w, beta, True)
+        best = min(best, time.perf_counter() - t0)
+    out[str(beta)] = n * n / best
+print(json.dumps(out))
+"""
+
+
+def vector_width(rounds=2):
+    """pairs/s of the fused kernel with 256-bit (numba's default) and 512-bit vectors."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    env.pop("NUMBA_CPU_FEATURES", None)
+    res = {"256": [], "512": []}
+    for _ in range(rounds):
+        for label, wide in (("256", "0"), ("512", "1")):
+            run = subprocess.run([sys.executable, "-c", _WIDTH_CHILD], capture_output=True,
+                                 text=True, check=True, env=dict(env, SPHEREPDE_NUMBA_WIDE=wide))
+            res[label].append(json.loads(run.stdout.strip().splitlines()[-1]))
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16384)
@@ -149,8 +189,23 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--numpy-crossover", action="store_true",
                     help="only the numpy-vs-numba timings that place AUTO_NUMBA_SIZE")
+    ap.add_argument("--vector-width", action="store_true",
+                    help="only the fused kernel with 256-bit against 512-bit vectors")
     args = ap.parse_args(argv)
     import numba
+
+    if args.vector_width:
+        res = vector_width()
+        print("fused kernel, N = 4000, d = 3, one thread, best of 7, pairs/s (two rounds)")
+        print(f"{'beta':>6}{'256-bit':>22}{'512-bit':>22}{'ratio':>8}")
+        for beta in ("4.0", "256.0", "1000.0"):
+            a = [r[beta] for r in res["256"]]
+            b = [r[beta] for r in res["512"]]
+            print(f"{float(beta):>6g}{a[0]:>11.3e}{a[1]:>11.3e}{b[0]:>11.3e}{b[1]:>11.3e}"
+                  f"{max(b) / max(a):>8.2f}")
+        if res["512"][0]["features"] == "default":
+            print("(this host has no AVX-512: both runs used numba's default features)")
+        return
 
     if args.numpy_crossover:
         print(f"{'beta':>6}{'N':>6}{'numpy [ms]':>12}{'numba [ms]':>12}{'numpy/numba':>13}")
