@@ -81,7 +81,7 @@ class Plan:
 
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
 #: the curve only where the density stays wider than a few cells.
-QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
+QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
              particles=[1000, 4000], finite_volume=[8, 16], spectral=[32, 64],
              e2_betas=[16.0, math.inf], fv_betas=[16.0, math.inf], e2_fv_betas=[math.inf])
 #: --medium: four times the tokens and 1.5x the cells of --quick (about an hour on 2 cores).
