@@ -921,11 +921,14 @@ class PlannedField:
 
 
 #: Cost model of ``kernel="auto"``: the harmonic right-hand side costs about
-#: (L + 1)^2 log2(L + 2) + (m + n) work units against m·n pairs for the fused kernel, and the
-#: fused kernel is about 4x slower per pair when beta·|B| > 300 (its online-softmax path).
-#: This constant puts the crossover where benchmarks/harmonic.py measured it on a shared
-#: 2-core machine: N ~ 600 at beta = 16, ~1200 at 64, ~2600 at 256 and ~2700 at 1000.
-AUTO_PAIRS_PER_UNIT = 50.0
+#: (L + 1)^2 log2(L + 2) + (m + n) + :data:`AUTO_FIXED_UNITS` work units against m·n pairs
+#: for the fused kernel (which runs every beta at the same speed per pair). The two constants
+#: put the crossover where ``benchmarks/harmonic.py --crossover`` measured it (2-core
+#: machine, shared, one run): N ~ 1530, 1710, 2850, 5830 at beta = 16, 64, 256, 1000; the
+#: model gives 1270, 1680, 2940, 5910.
+AUTO_PAIRS_PER_UNIT = 58.0
+#: The harmonic kernel's fixed cost (planning, ~2 ms), in the units above.
+AUTO_FIXED_UNITS = 2.0e4
 
 
 def estimated_degree(kappa: float, tol: float = DEFAULT_TOL) -> int:
@@ -939,9 +942,8 @@ def harmonic_is_faster(m: int, n: int, kappa: float) -> bool:
     """Whether the harmonic kernel beats the fused direct kernel for m queries and n atoms at
     kappa = beta·|B|_2, by the measured cost model :data:`AUTO_PAIRS_PER_UNIT`."""
     L = estimated_degree(kappa)
-    online = 4.0 if kappa > 300.0 else 1.0
-    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n)
-    return m * n * online >= AUTO_PAIRS_PER_UNIT * units
+    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n) + AUTO_FIXED_UNITS
+    return m * n >= AUTO_PAIRS_PER_UNIT * units
 
 
 @functools.lru_cache(maxsize=16)
