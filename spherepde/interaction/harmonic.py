@@ -111,6 +111,10 @@ FALLBACK_FACTOR = 100.0
 DIRECT_FALLBACK_MAX = 128
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
+#: The transforms' accuracy, as a fraction of the field's ``tol`` (at least NUFFT_EPS_MIN):
+#: their error then adds at most ~4 NUFFT_EPS_FRACTION · tol relative to the field
+#: (:meth:`HarmonicField._numerical_error`), and a looser tol buys narrower NUFFT kernels.
+NUFFT_EPS_FRACTION = 0.1
 #: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
 #: 0.42: 100-150 bytes for a spin-1 synthesis at L = 512..2048), with room for our arrays.
 BYTES_PER_DEGREE2 = 256.0
@@ -293,7 +297,8 @@ class HarmonicField:
         self.zonal = fac is not None
         self.norm_V = float(np.linalg.norm(V, 2))
         self.max_memory = 0.5 * _physical_memory() if max_memory is None else float(max_memory)
-        self.nufft_eps = NUFFT_EPS_MIN
+        # the transforms need not be more accurate than the truncation they serve
+        self.nufft_eps = max(NUFFT_EPS_MIN, NUFFT_EPS_FRACTION * tol)
         self.degree = self._choose_degree()
         self._coef = self._kappa_expansion()
         self.n_terms = self._coef.shape[0]
