@@ -355,57 +355,13 @@ def _node_logsum(lo, hi, child, logw):
 
 # ------------------------------------------------------------------------------ index sets
 @njit(cache=True)
-def _tail_ok(u, theta, eps, total):
-    """Whether the majorant tail of S_theta = {alpha : u^alpha/alpha! >= theta}, times
-    e^{sum u} = total, is at most eps."""
+def _walk(u, theta, record, alpha, lookup):
+    """The multi-indices of S_theta = {alpha : u^alpha/alpha! >= theta} (for u_k <= 1 the
+    terms fall along every axis, so each loop stops at its first term below theta): their
+    compensated sum, and their number. With ``record`` they are written to alpha and lookup,
+    and the number is -1 (lookup reset) once S would need a degree >= MAX_DEGREE or S+ more
+    than MAX_TERMS rows (at most 4 |S|)."""
     acc = comp = 0.0
-    t0 = 1.0
-    for a0 in range(MAX_DEGREE + 1):
-        if a0 > 0:
-            t0 *= u[0] / a0
-        if t0 < theta:
-            break
-        t1 = t0
-        for a1 in range(MAX_DEGREE + 1):
-            if a1 > 0:
-                t1 *= u[1] / a1
-            if t1 < theta:
-                break
-            t2 = t1
-            for a2 in range(MAX_DEGREE + 1):
-                if a2 > 0:
-                    t2 *= u[2] / a2
-                if t2 < theta:
-                    break
-                # Neumaier's compensated sum: total - acc is ~1e-14 of total here
-                v = acc + t2
-                if abs(acc) >= t2:
-                    comp += (acc - v) + t2
-                else:
-                    comp += (t2 - v) + acc
-                acc = v
-    return (total - (acc + comp)) * total <= eps
-
-
-@njit(cache=True)
-def _index_set(u, eps, alpha, lookup):
-    """The multi-indices S = {alpha : u^alpha/alpha! >= theta}, theta the largest power of 2
-    for which the majorant tail R_S(u) e^{sum u} <= eps (found from a first guess, the tail
-    being monotone in theta). Fills alpha (rows) and lookup (the row of each index in S and
-    of S + e_k, -1 elsewhere; entries set here are reset by :func:`_clear`); returns
-    (|S|, |S+|), or (-1, -1) if S would need a degree > MAX_DEGREE or theta < 1e-30."""
-    total = math.exp(u[0] + u[1] + u[2])
-    theta = 2.0 ** math.floor(math.log2(eps / (total * total)))
-    if _tail_ok(u, theta, eps, total):
-        while theta < 1.0 and _tail_ok(u, 2.0 * theta, eps, total):
-            theta *= 2.0
-    else:
-        while True:
-            theta *= 0.5
-            if theta < 1e-30:
-                return -1, -1
-            if _tail_ok(u, theta, eps, total):
-                break
     ns = 0
     t0 = 1.0
     for a0 in range(MAX_DEGREE + 1):
@@ -425,13 +381,54 @@ def _index_set(u, eps, alpha, lookup):
                     t2 *= u[2] / a2
                 if t2 < theta:
                     break
-                if a0 >= MAX_DEGREE or a1 >= MAX_DEGREE or a2 >= MAX_DEGREE or \
-                        4 * (ns + 1) > MAX_TERMS:  # S+ has at most 4 |S| rows
-                    _clear(alpha, ns, lookup)
-                    return -1, -1
-                alpha[ns, 0], alpha[ns, 1], alpha[ns, 2] = a0, a1, a2
-                lookup[a0, a1, a2] = ns
+                # Neumaier's compensated sum: e^{sum u} - acc is ~1e-14 of it here
+                v = acc + t2
+                if abs(acc) >= t2:
+                    comp += (acc - v) + t2
+                else:
+                    comp += (t2 - v) + acc
+                acc = v
+                if record:
+                    if a0 >= MAX_DEGREE or a1 >= MAX_DEGREE or a2 >= MAX_DEGREE or \
+                            4 * (ns + 1) > MAX_TERMS:
+                        _clear(alpha, ns, lookup)
+                        return acc + comp, -1
+                    alpha[ns, 0], alpha[ns, 1], alpha[ns, 2] = a0, a1, a2
+                    lookup[a0, a1, a2] = ns
                 ns += 1
+    return acc + comp, ns
+
+
+@njit(cache=True)
+def _tail_ok(u, theta, eps, total, alpha, lookup):
+    """Whether the majorant tail of S_theta, times e^{sum u} = total, is at most eps."""
+    acc, _ = _walk(u, theta, False, alpha, lookup)
+    return (total - acc) * total <= eps
+
+
+@njit(cache=True)
+def _index_set(u, eps, alpha, lookup):
+    """The multi-indices S = {alpha : u^alpha/alpha! >= theta}, theta the largest power of 2
+    for which the majorant tail R_S(u) e^{sum u} <= eps (found from a first guess, the tail
+    being monotone in theta). Fills alpha (rows) and lookup (the row of each index in S and
+    of S + e_k, -1 elsewhere; entries set here are reset by :func:`_clear`); returns
+    (|S|, |S+|), or (-1, -1) if S would need a degree >= MAX_DEGREE, more than MAX_TERMS
+    rows, or theta < 1e-30."""
+    total = math.exp(u[0] + u[1] + u[2])
+    theta = 2.0 ** math.floor(math.log2(eps / (total * total)))
+    if _tail_ok(u, theta, eps, total, alpha, lookup):
+        while theta < 1.0 and _tail_ok(u, 2.0 * theta, eps, total, alpha, lookup):
+            theta *= 2.0
+    else:
+        while True:
+            theta *= 0.5
+            if theta < 1e-30:
+                return -1, -1
+            if _tail_ok(u, theta, eps, total, alpha, lookup):
+                break
+    _, ns = _walk(u, theta, True, alpha, lookup)
+    if ns < 0:
+        return -1, -1
     # S + e_k (the first moment)
     nt = ns
     for r in range(ns):
