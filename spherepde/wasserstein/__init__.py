@@ -199,6 +199,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
             reason += (f", whose bracket {r.upper - r.lower:.1e} > tol = {tol:.0e}; then "
                        + why)
             method = fallback
+            options.pop("rounds", None)
     if method == "sinkhorn":
         method = "multiscale"
     if method == "circle":

@@ -178,6 +178,17 @@ def _max_sinusoid(beta, s, v, t, q, init, leaf):
 
 # --------------------------------------------------------------------------- couplings
 @nb.njit(cache=True)
+def _start_atom(b, c):
+    """The atom at mass coordinate c in [0, 1) of atoms with masses b, and its mass past c."""
+    acc = 0.0
+    j = 0
+    while j < b.shape[0] - 1 and acc + b[j] <= c:
+        acc += b[j]
+        j += 1
+    return j, acc + b[j] - c
+
+
+@nb.njit(cache=True)
 def _northwest(order, a, P, h, b, Y, c):
     """Cost of the north-west corner coupling of the sources taken in ``order`` (masses a,
     projected points P (n, 2), h = |x - p|^2) with the atoms in angular order (masses b,
@@ -185,12 +196,7 @@ def _northwest(order, a, P, h, b, Y, c):
 
     Returns (cost, first atom of each source). The cost of a pair is |p - y|^2 + h."""
     n, m = order.shape[0], b.shape[0]
-    acc = 0.0
-    j = 0
-    while j < m - 1 and acc + b[j] <= c:
-        acc += b[j]
-        j += 1
-    rj = acc + b[j] - c
+    j, rj = _start_atom(b, c)
     k = 0
     i = order[0]
     ri = a[i]
@@ -234,12 +240,7 @@ def _staircase_potentials(order, a, P, h, b, Y, c):
     psi_{j+1} - psi_j = c(i, j+1) - c(i, j) or c(i', j+1) - c(i', j), and their mean is the
     symmetric one. Returns (phi, psi, owner): owner_j is the source whose pair fixed psi_j."""
     n, m = order.shape[0], b.shape[0]
-    acc = 0.0
-    j = 0
-    while j < m - 1 and acc + b[j] <= c:
-        acc += b[j]
-        j += 1
-    rj = acc + b[j] - c
+    j, rj = _start_atom(b, c)
     psi = np.empty(m)
     phi = np.zeros(n)
     owner = np.zeros(m, dtype=np.int64)
@@ -348,13 +349,9 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6,
     plane : (d, 2), optional
         Basis of the circle's plane (default: fitted to y, see :func:`great_circle_plane`).
     tol : float
-        Target bracket width on W2 (recorded; the method has no knob that trades it).
-    window : int
-        Half-width K of the Sinkhorn windows, in atoms (or atom bins).
-    epsilon : float, optional
-        Final Sinkhorn temperature (default from the window's angular width).
-    max_sweeps : int
-        Sinkhorn sweeps per epsilon stage at most.
+        Target bracket width on W2: the alternation stops once the width is below tol/10.
+    rounds : int
+        Plan/dual alternations at most.
 
     Returns
     -------
@@ -417,11 +414,11 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6,
     up_quantile, c_quantile, first = _best_shift(oa, a, pr, h, bj, Yr,
                                                  _shift_guess(oa, alpha, a, th, bj), 0.5, 32)
     timings["quantile"] = time.perf_counter() - t0
-    # ---- 2. alternate: a plan -> its staircase potentials (phi, psi) -> psi' = phi^c, exact
-    # (then sum a phi + sum b psi' is a certified dual value) -> the sources ordered by where
-    # psi' sends them -> a new plan at its best shift
-    # The exact transform searches the sources in radius bands sorted by angle, so that the
-    # blocks of its search tree hold similar radii (their bounds then prune well).
+    # ---- 2. alternate: a plan -> its staircase potentials psi -> phi = psi^c, exact (then
+    # sum a phi + sum b psi is a certified dual value; psi' = phi^c, exact, raises it) -> the
+    # sources ordered by where phi sends them -> a new plan at its best shift.
+    # The transform onto the atoms searches the sources in radius bands sorted by angle, so
+    # that the blocks of its search tree hold similar radii (their bounds then prune well).
     band = np.minimum((r * _BANDS).astype(np.int64), _BANDS - 1)
     ot_ = np.lexsort((alpha, band))
     rank = np.empty(n, dtype=np.int64)
@@ -429,6 +426,7 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6,
     ones_m = np.ones(m)
     order, shift, atom = oa, c_quantile, first
     lower, upper, up_dual, history = -np.inf, up_quantile, np.inf, []
+
     def closed():
         return np.sqrt(max(upper, 0.0)) - np.sqrt(max(lower, 0.0)) <= 0.1 * tol
 
