@@ -5,15 +5,21 @@
 2. Peak memory of an N = 10^5 particle run (one explicit Euler step of ParticleSolver with the
    numba backend), measured in a fresh subprocess by its VmHWM (target: < 300 MB) and with
    tracemalloc for the numpy allocations.
-3. With a CUDA GPU and torch: float32 pair interactions per second at N = 2^20, d = 3, and the
-   max abs error against float64 (target: >= 0.5e12 pairs/s, error <= 1e-5). Skipped without.
+3. With a CUDA GPU and torch: pair interactions per second of the torch kernel in float32 and
+   float64 at N = 2^18 and 2^20, d = 3, and the float32 max abs error against float64
+   (target: >= 0.5e12 pairs/s, error <= 1e-5). Skipped without; ``--gpu`` runs only this.
 
 4. ``--numpy-crossover``: the library's numpy reference kernel against the fused numba kernel
    for N = 64 .. 2048 at beta = 4, 64, 1000 (best of 7, same run), which places
    ``spherepde.interaction.AUTO_NUMBA_SIZE``.
 
+5. ``--vector-width``: the fused kernel with numba's default 256-bit vectors against the
+   512-bit ones ``spherepde`` asks for on AVX-512 hosts (``spherepde._numba_target``), each
+   in a fresh subprocess (the features are fixed per process), alternated A B A B, one
+   thread, N = 4000, beta = 4, 256, 1000; prints pairs/s and the ratio per beta.
+
 Usage: python benchmarks/particles.py [--n 16384] [--n-memory 100000] [--repeat 3]
-       [--numpy-crossover]
+       [--numpy-crossover] [--vector-width]
 """
 from __future__ import annotations
 
@@ -96,7 +102,9 @@ def memory(n):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def gpu(n=1 << 20, d=3, beta=5.0):
+def gpu(n=1 << 20, d=3, beta=5.0, repeat=3):
+    """pairs/s of the torch kernel on a CUDA device in float32 and float64 (best of
+    ``repeat``), and the float32 output's max abs error against float64; None without one."""
     try:
         import torch
     except ImportError:
@@ -109,16 +117,21 @@ def gpu(n=1 << 20, d=3, beta=5.0):
     x = torch.randn((n, d), device="cuda", dtype=torch.float64, generator=g)
     x /= x.norm(dim=1, keepdim=True)
     logw = torch.full((n,), -np.log(n), device="cuda", dtype=torch.float64)
-    ref, _ = attention_tensors(x, x, x, logw, beta, True)
-    x32, lw32 = x.float(), logw.float()
-    attention_tensors(x32[:4096], x32[:4096], x32[:4096], lw32[:4096], beta, True)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    out, _ = attention_tensors(x32, x32, x32, lw32, beta, True)
-    torch.cuda.synchronize()
-    wall = time.perf_counter() - t
-    return dict(pairs_per_s=n * n / wall, max_abs_err=float((out.double() - ref).abs().max()),
-                device=torch.cuda.get_device_name())
+    res = dict(device=torch.cuda.get_device_name(), n=n, beta=beta)
+    outs = {}
+    for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
+        xt, lw = x.to(dtype), logw.to(dtype)
+        attention_tensors(xt[:4096], xt[:4096], xt[:4096], lw[:4096], beta, True)  # warm up
+        best = np.inf
+        for _ in range(repeat):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            outs[name], _ = attention_tensors(xt, xt, xt, lw, beta, True)
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t)
+        res[f"{name}_pairs_per_s"] = n * n / best
+    res["max_abs_err"] = float((outs["float32"].double() - outs["float64"]).abs().max())
+    return res
 
 
 def numpy_crossover(repeat=7):
@@ -140,6 +153,41 @@ def numpy_crossover(repeat=7):
     return rows
 
 
+_WIDTH_CHILD = """
+import json, time, numpy as np
+import spherepde  # sets numba's target features (or not) before numba compiles
+import numba
+from spherepde.interaction.fused import attention_numba
+n = 4000
+rng = np.random.default_rng(0)
+x = rng.normal(size=(n, 3)); x /= np.linalg.norm(x, axis=1, keepdims=True)
+w = np.full(n, 1.0 / n)
+out = {"features": numba.config.CPU_FEATURES or "default"}
+for beta in (4.0, 256.0, 1000.0):
+    attention_numba(x, x, x, w, beta, True)
+    best = np.inf
+    for _ in range(7):
+        t0 = time.perf_counter()
+        attention_numba(x, x, x, w, beta, True)
+        best = min(best, time.perf_counter() - t0)
+    out[str(beta)] = n * n / best
+print(json.dumps(out))
+"""
+
+
+def vector_width(rounds=2):
+    """pairs/s of the fused kernel with 256-bit (numba's default) and 512-bit vectors."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    env.pop("NUMBA_CPU_FEATURES", None)
+    res = {"256": [], "512": []}
+    for _ in range(rounds):
+        for label, wide in (("256", "0"), ("512", "1")):
+            run = subprocess.run([sys.executable, "-c", _WIDTH_CHILD], capture_output=True,
+                                 text=True, check=True, env=dict(env, SPHEREPDE_NUMBA_WIDE=wide))
+            res[label].append(json.loads(run.stdout.strip().splitlines()[-1]))
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16384)
@@ -149,8 +197,27 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--numpy-crossover", action="store_true",
                     help="only the numpy-vs-numba timings that place AUTO_NUMBA_SIZE")
+    ap.add_argument("--gpu", action="store_true", help="only the GPU (torch, CUDA) figures")
+    ap.add_argument("--vector-width", action="store_true",
+                    help="only the fused kernel with 256-bit against 512-bit vectors")
     args = ap.parse_args(argv)
     import numba
+
+    if args.gpu:
+        _print_gpu()
+        return
+    if args.vector_width:
+        res = vector_width()
+        print("fused kernel, N = 4000, d = 3, one thread, best of 7, pairs/s (two rounds)")
+        print(f"{'beta':>6}{'256-bit':>22}{'512-bit':>22}{'ratio':>8}")
+        for beta in ("4.0", "256.0", "1000.0"):
+            a = [r[beta] for r in res["256"]]
+            b = [r[beta] for r in res["512"]]
+            print(f"{float(beta):>6g}{a[0]:>11.3e}{a[1]:>11.3e}{b[0]:>11.3e}{b[1]:>11.3e}"
+                  f"{max(b) / max(a):>8.2f}")
+        if res["512"][0]["features"] == "default":
+            print("(this host has no AVX-512: both runs used numba's default features)")
+        return
 
     if args.numpy_crossover:
         print(f"{'beta':>6}{'N':>6}{'numpy [ms]':>12}{'numba [ms]':>12}{'numpy/numba':>13}")
@@ -175,12 +242,19 @@ def main(argv=None):
     print(f"{'fused numba kernel, O(N) memory':<40}{t_fused:>10.3f}{pairs / t_fused:>12.3e}")
     print(f"speed-up {t_naive / t_fused:.1f}x (target >= 10x); max |fused - naive| = {err:.1e}")
 
-    g = gpu()
-    if g is None:
-        print("\nGPU: no CUDA device (or no torch): the H200 figure is not measured here")
-    else:
-        print(f"\nGPU {g['device']}: float32 N = 2^20, d = 3: {g['pairs_per_s']:.3e} pairs/s, "
-              f"max abs error vs float64 {g['max_abs_err']:.1e} (targets 0.5e12, 1e-5)")
+    _print_gpu()
+
+
+def _print_gpu():
+    for n in (1 << 18, 1 << 20):
+        g = gpu(n)
+        if g is None:
+            print("\nGPU: no CUDA device (or no torch): the GPU figures are not measured here")
+            return
+        print(f"GPU {g['device']}, torch kernel, N = {n}, d = 3, beta = {g['beta']:g}: "
+              f"float32 {g['float32_pairs_per_s']:.3e} pairs/s, float64 "
+              f"{g['float64_pairs_per_s']:.3e} pairs/s; float32 max abs error vs float64 "
+              f"{g['max_abs_err']:.1e} (targets 0.5e12 pairs/s, 1e-5)")
 
 
 if __name__ == "__main__":

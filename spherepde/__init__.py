@@ -6,9 +6,13 @@
 >>> model.limit_measure(mu0).weights
 array([0.5, 0.5])
 """
-from . import exact, measures, sphere, timestepping
-from .measures import PointCloud
-from .model import AssumptionError, AssumptionReport, Model
+from . import _numba_target
+
+_numba_target.configure()  # before any module compiles with numba (see its docstring)
+
+from . import exact, measures, sphere, timestepping  # noqa: E402
+from .measures import PointCloud  # noqa: E402
+from .model import AssumptionError, AssumptionReport, Model  # noqa: E402
 
 __version__ = "0.1.0"
 

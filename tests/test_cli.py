@@ -162,7 +162,7 @@ def test_animation_is_also_written_as_mp4_when_ffmpeg_is_at_hand(small_run, tmp_
     window = np.isfinite(ds["density"].values).any(axis=(0, 2, 3))
     assert 2 <= len(frames) == window.sum() and frames[0].std() > 10
     assert np.abs(frames[-1].astype(float) - frames[0]).mean() > 1.0
-    assert not list(tmp_path.glob(".*tmp*"))  # no temporary file left
+    assert not list(tmp_path.glob(".*.part"))  # no temporary file left
 
 
 def test_info_lists_versions_and_backends(capsys):

@@ -34,7 +34,8 @@ def test_numba_backend_is_registered():
 @pytest.mark.parametrize("beta", [3.0, 400.0])
 def test_backend_matches_reference(backend, d, normalized, beta):
     # n = 2500 spans three key tiles of the fused kernel; beta = 3 takes its fixed-shift path
-    # (fused single pass for d = 2, 3), beta = 400 its online-softmax path (rescaling)
+    # (fused single pass for d = 2, 3), beta = 400 its checked-bound path (d = 2, 3) or the
+    # online softmax (rescaling, d = 8)
     x, keys, values, w = random_problem(d, 2500, 300, seed=d)
     if not normalized and beta > 10:
         # USA's e^{beta <x, k>} must stay inside float64: beta max|k| = 350 (logits spread
@@ -44,11 +45,34 @@ def test_backend_matches_reference(backend, d, normalized, beta):
         from spherepde.interaction.fused import _shifts
         from spherepde.interaction.numerics import log_weights
 
-        fixed = ~np.isnan(_shifts(x, np.ascontiguousarray(keys.T), log_weights(w), beta))
-        assert fixed.all() if beta == 3.0 else not fixed.any()
+        _, wide = _shifts(x, np.ascontiguousarray(keys.T), log_weights(w), beta)
+        assert not wide.any() if beta == 3.0 else wide.all()
     ref = attention_numpy(x, keys, values, w, beta, normalized)
     out = interaction.attention(x, keys, values, w, beta, normalized, kernel=backend)
     # the agreement target, relative to the size of the output
+    assert np.abs(out - ref).max() <= 1e-10 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_numba_far_queries_redo_with_the_maximum(d):
+    # keys in a cap of radius 0.05 around e, queries spread over the sphere, beta = 1000: for
+    # queries far from the cap the bound beta |x| |k| overshoots every logit by more than 600,
+    # the fused pass underflows and must be redone with the exact maximum as shift
+    rng = np.random.default_rng(3)
+    e = np.eye(d)[0]
+    keys = e + 0.05 * rng.standard_normal((700, d))
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    x = rng.standard_normal((200, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[0] = -e  # the farthest query: every logit is about -1000, 2000 below the bound
+    values = rng.standard_normal((700, d))
+    w = rng.random(700)
+    w /= w.sum()
+    ref = attention_numpy(x, keys, values, w, 1000.0, True)
+    out = interaction.attention(x, keys, values, w, 1000.0, True, kernel="numba")
+    far = x @ e < 0.3
+    assert far.any() and (~far).any()
+    # the same sums as the reference up to round-off in logits of size beta = 1000
     assert np.abs(out - ref).max() <= 1e-10 * np.abs(ref).max()
 
 

@@ -298,3 +298,20 @@ def test_a_run_that_cannot_proceed_ends_with_one_line_and_exit_3(tiny, tmp_path,
     code, _, err = run_cli(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet"], capsys)
     assert code == 3 and "the run stopped: the adaptive step fell" in err
     assert_one_line_error(err)
+
+
+def test_runs_computed_in_a_process_pool_equal_runs_computed_here(tiny, tmp_path):
+    # each run is pure, and a particle run's rows are computed by one thread each: the pool
+    # (two processes, one thread each) must give the very same numbers and files
+    here = scenario.run_scenario(str(tiny), out=tmp_path / "a", progress=False, figures=False,
+                                 workers=1)
+    pool = scenario.run_scenario(str(tiny), out=tmp_path / "b", progress=False, figures=False,
+                                 workers=2)
+    assert [r.key for r in here["runs"]] == [r.key for r in pool["runs"]]
+    for a, b in zip(here["runs"], pool["runs"]):
+        np.testing.assert_array_equal(a.w2, b.w2)
+        np.testing.assert_array_equal(a.positions, b.positions)
+    assert sorted(p.name for p in (tmp_path / "b" / "runs").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "a" / "runs").iterdir())
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        scenario.run_scenario(str(tiny), out=tmp_path / "c", progress=False, workers=0)

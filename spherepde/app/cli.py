@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-figures", dest="figures", action="store_false",
                      help="skip the figures (results.npz, summary.md and scenario.json only)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="processes computing runs side by side (default: one per core for "
+                          "scenarios large enough to repay starting them, else 1)")
     run.set_defaults(handler=_run)
 
     plot = sub.add_parser("plot", help="redraw the figures of a saved run without recomputing")
@@ -69,8 +72,10 @@ def _run(args) -> int:
     from .scenario import OutputError, RunInterrupted, run_scenario
 
     try:
+        if args.workers is not None and args.workers < 1:
+            return _error(f"--workers must be >= 1; got {args.workers}", EXIT_BAD_INPUT)
         res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet,
-                           figures=args.figures)
+                           figures=args.figures, workers=args.workers)
     except ConfigError as exc:
         return _error(f"invalid scenario: {exc}", EXIT_BAD_INPUT)
     except OutputError as exc:

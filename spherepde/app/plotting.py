@@ -493,7 +493,6 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
     """GIF (pillow) of the density and tokens over the snapshot times, one orthographic pair per
     β; also an MP4 next to it when ffmpeg is at hand (:func:`mp4_writer_available`). Returns the
     paths written."""
-    from matplotlib import animation
 
     have_d = _density_rows(ds)
     rows = sorted(set(have_d) | set(_token_rows(ds)))
@@ -546,27 +545,51 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
                        "from −e)")
         return []
 
-    anim = animation.FuncAnimation(fig, draw, frames=frames, blit=False)
-    path = Path(path)
-    written = [_write_animation(anim, path, animation.PillowWriter(fps=fps))]
-    if mp4 and mp4_writer_available():
-        written.append(_write_animation(anim, path.with_suffix(".mp4"),
-                                        animation.FFMpegWriter(fps=fps)))
+    # each frame is drawn once and written to both files (drawing is most of the cost)
+    fig.set_dpi(ANIMATION_DPI)
+    images = []
+    for k in frames:
+        draw(k)
+        fig.canvas.draw()
+        images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
     plt.close(fig)
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        _write_gif(images, tmp, fps)
+    written = [path]
+    if mp4 and mp4_writer_available():
+        with atomic_path(path.with_suffix(".mp4")) as tmp:
+            _write_mp4(images, tmp, fps)
+        written.append(path.with_suffix(".mp4"))
     return written
 
 
-def _write_animation(anim, path, writer):
-    # the writers pick the format from the file name: keep the suffix on the temporary file
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
-    try:
-        anim.save(tmp, writer=writer, dpi=90)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+#: Resolution of the animation frames.
+ANIMATION_DPI = 90
+
+
+def _write_gif(images, path, fps):
+    from PIL import Image
+
+    first, *rest = [Image.fromarray(im) for im in images]
+    first.save(path, format="GIF", save_all=True, append_images=rest,
+               duration=round(1000 / fps), loop=0)
+
+
+def _write_mp4(images, path, fps):
+    """H.264 through the ffmpeg that matplotlib uses (yuv420p needs even sides: crop one
+    pixel row/column where odd)."""
+    import subprocess
+
+    h, w = (s - s % 2 for s in images[0].shape[:2])
+    cmd = [matplotlib.rcParams["animation.ffmpeg_path"], "-loglevel", "error", "-f", "rawvideo",
+           "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-framerate", str(fps), "-i", "pipe:",
+           "-vcodec", "h264", "-pix_fmt", "yuv420p", "-f", "mp4", "-y", str(path)]
+    data = b"".join(np.ascontiguousarray(im[:h, :w]).tobytes() for im in images)
+    done = subprocess.run(cmd, input=data, capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ffmpeg could not write {path}: "
+                           f"{done.stderr.decode(errors='replace').strip()[-300:]}")
 
 
 # ---------------------------------------------------------------------------- all of a run

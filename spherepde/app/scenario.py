@@ -407,7 +407,7 @@ def _prepare_folder(out: Path) -> None:
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,
                  fresh: bool = False, progress: bool = True, notify=None,
-                 figures: bool = True) -> dict:
+                 figures: bool = True, workers: int | None = None) -> dict:
     """Run a scenario (the default one when ``cfg`` is None) and write its outputs.
 
     Maps :func:`run_one` over :func:`tasks_of`, reusing the runs saved under ``<out>/runs/``.
@@ -420,6 +420,11 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         Receives one-line notices (a damaged saved run, ...); default: print to stderr.
     figures : bool
         Draw the figures (False: results, summary and scenario only).
+    workers : int, optional
+        Processes that compute the runs side by side (each run is pure, so they are
+        independent). Default: one per core when the scenario is large enough to repay the
+        ~2 s a pool costs to start (:func:`_workers`), else 1 (in this process, with a
+        progress bar per run).
 
     Returns a dict with the output folder, the :class:`Run` records, how many were reused,
     the fitted rate and the summary text. Ctrl-C raises :class:`RunInterrupted`.
@@ -460,17 +465,22 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
                       "A spherepde run is writing into this folder (or was stopped). Until this "
                       "file is gone, the other files here may describe the previous scenario; "
                       "run the same command again to finish.\n")
-        bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
-        for task in bar:
-            bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
-            path = folder / task.filename
-            run = _load_saved(task, path, fresh, notify)
-            if run is None:
-                run = _run_with_bar(task, progress)
-                run.save(path)
-            else:
-                reused += 1
-            runs.append(run)
+        saved = {t.key: _load_saved(t, folder / t.filename, fresh, notify) for t in tasks}
+        reused = sum(r is not None for r in saved.values())
+        todo = [t for t in tasks if saved[t.key] is None]
+        n_workers = _workers(cfg, todo, workers)
+        if n_workers > 1:
+            done = _run_in_pool(todo, n_workers, folder, progress, len(tasks), reused)
+        else:
+            done = {}
+            bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
+            for task in bar:
+                bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
+                if saved[task.key] is None:
+                    done[task.key] = _run_with_bar(task, progress)
+                    done[task.key].save(folder / task.filename)
+                runs.append(saved[task.key] or done[task.key])  # runs: the count if stopped
+        runs = [saved[t.key] or done[t.key] for t in tasks]
 
         mu0 = build_initial(cfg)
         ref = reference_model(cfg)
@@ -486,11 +496,88 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
                                  spectral_note, figures)
         (out / IN_PROGRESS).unlink()
-    except KeyboardInterrupt:
-        raise RunInterrupted(len(runs), len(tasks), folder) from None
+    except KeyboardInterrupt as exc:
+        finished = exc.finished if isinstance(exc, RunInterrupted) else len(runs)
+        raise RunInterrupted(finished, len(tasks), folder) from None
     finally:
         lock.__exit__(None, None, None)
     return {"out": out, "runs": runs, "reused": reused, "rate": rate, "summary": summary}
+
+
+#: A scenario is worth a process pool when one of its runs takes seconds: this many tokens,
+#: this spherical-harmonic degree, or this many finite-volume cells along a cube edge.
+POOL_MIN_SIZE = {"particles": 1000, "spectral": 64, "finite_volume": 16}
+
+
+def _workers(cfg: dict, todo: list, workers: int | None) -> int:
+    """How many processes compute ``todo`` (see :func:`run_scenario`)."""
+    if workers is not None:
+        if int(workers) < 1:
+            raise ValueError(f"workers must be >= 1; got {workers}")
+        return max(1, min(int(workers), len(todo)))
+    sizes = {"particles": cfg["particles"]["n"], "spectral": cfg["spectral"]["lmax"],
+             "finite_volume": cfg["finite_volume"]["n"]}
+    big = any(sizes[t.solver] >= POOL_MIN_SIZE[t.solver] for t in todo)
+    return max(1, min(os.cpu_count() or 1, len(todo))) if big else 1
+
+
+def _cost_rank(task: Task) -> tuple:
+    """Longest first (so that the pool's last runs are short): fine before coarse, particles
+    (by decreasing finite beta) before the density solvers."""
+    order = {"particles": 0, "spectral": 1, "finite_volume": 2}[task.solver]
+    beta = task.beta if math.isfinite(task.beta) else -1.0
+    return (task.coarse, order, -beta)
+
+
+def _pool_init(threads: int) -> None:
+    import numba
+
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+
+def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, total: int,
+                 reused: int) -> dict:
+    """Compute ``todo`` in ``n_workers`` processes (longest first); each finished run is saved
+    by this process as it arrives. Returns {task key: Run}. Ctrl-C (SIGINT to this process)
+    stops the workers and raises :class:`RunInterrupted` with the number finished; the workers
+    ignore SIGINT themselves, so a Ctrl-C at the terminal reaches this process only."""
+    import multiprocessing as mp
+    import signal
+
+    from tqdm.auto import tqdm
+
+    threads = max(1, (os.cpu_count() or 1) // n_workers)
+    order = sorted(todo, key=_cost_rank)
+    done: dict = {}
+    pool = None
+    previous = signal.getsignal(signal.SIGINT)
+    bar = tqdm(total=total, initial=reused, desc=f"spherepde run ({n_workers} processes)",
+               disable=not progress, unit="run")
+    try:
+        try:
+            # the workers start with SIGINT ignored (kept across exec), and stay so
+            if previous is not None:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            pool = mp.get_context("spawn").Pool(n_workers, initializer=_pool_init,
+                                                initargs=(threads,))
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        for run in pool.imap_unordered(run_one, order):
+            task = next(t for t in order if t.key == run.key)
+            run.save(folder / task.filename)
+            done[run.key] = run
+            bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
+            bar.update(1)
+        pool.close()
+    except KeyboardInterrupt:
+        raise RunInterrupted(reused + len(done), total, folder) from None
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return done
 
 
 def _run_with_bar(task: Task, progress: bool) -> Run:

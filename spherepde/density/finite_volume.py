@@ -469,15 +469,22 @@ class CellHarmonic(VelocityOperator):
 
     def __init__(self, model, mesh: CubedSphere, targets, order: int = 2, planned: bool = True,
                  velocity_tol: float | None = None, flux_criterion: bool = True):
-        from ..interaction.harmonic import FALLBACK_FACTOR, HarmonicField, PlannedField
+        from ..interaction.harmonic import (FALLBACK_FACTOR, NUFFT_EPS_MIN, HarmonicField,
+                                            PlannedField)
 
         super().__init__(model, mesh.centers, mesh.areas, (), targets)
-        self.harmonic = HarmonicField.from_model(model)
         if velocity_tol is None:
+            self.harmonic = HarmonicField.from_model(model)
             velocity_tol = FALLBACK_FACTOR * self.harmonic.tol
-        velocity_tol = float(velocity_tol)
-        if not 0.0 < velocity_tol < 1.0:
-            raise ValueError(f"velocity_tol must lie in (0, 1); got {velocity_tol}")
+        else:
+            velocity_tol = float(velocity_tol)
+            if not 0.0 < velocity_tol < 1.0:
+                raise ValueError(f"velocity_tol must lie in (0, 1); got {velocity_tol}")
+            # the field is built to the accuracy asked of it: its truncation tol sits
+            # FALLBACK_FACTOR below velocity_tol, as the particle path's does below its
+            # fallback level (and its transforms' accuracy follows, NUFFT_EPS_FRACTION)
+            self.harmonic = HarmonicField.from_model(
+                model, tol=max(NUFFT_EPS_MIN, velocity_tol / FALLBACK_FACTOR))
         self.velocity_tol = velocity_tol
         self.wants_edge_density = bool(flux_criterion)
         nodes, w = mesh.cell_quadrature(order)

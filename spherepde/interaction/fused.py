@@ -8,16 +8,21 @@ over the keys and accumulates, for the logits
     s_i = \sum_j e^{\ell_{ij} - m_i}, \qquad a_i = \sum_j e^{\ell_{ij} - m_i} v_j, \qquad
     \mathrm{SA:}\ a_i / s_i, \qquad \mathrm{USA:}\ e^{m_i} a_i .
 
-The shift is chosen one of two ways:
+The shift is chosen one of three ways:
 
 - *fixed* (the common case): when :math:`2\beta|x_i|\max_j|k_j|` plus the spread of the
   log-weights is at most :data:`FIXED_SHIFT_SPREAD` = 600, m_i is the upper bound
   :math:`\beta|x_i|\max_j|k_j| + \max_j\log w_j` of the logits. Every term then lies in
   [e^-600, 1]: no overflow, no loss of the leading terms, and one pass over the keys
   suffices (for d = 2, 3 a single fused, SIMD-vectorized loop).
-- *online softmax* otherwise (large beta; Milakov & Gimelshein 2018, the FlashAttention
-  recurrence): keys are processed in tiles of :data:`TILE`; m_i is the running maximum and
-  s_i, a_i are rescaled by :math:`e^{m_{old} - m_{new}}` whenever a tile raises it.
+- *checked bound* (d = 2, 3 beyond that spread, i.e. beta > 300 on the unit sphere): the
+  same fused pass with the bound as shift, accepted when s_i >= e^-600 (some key lies within
+  600 of the bound, as it does for any query near the measure's support; see
+  :data:`_ACCEPT_SUM` for why nothing is lost then); otherwise a first pass computes the
+  exact maximum :math:`m_i = \max_j \ell_{ij}` and the fused pass is redone with it.
+- *online softmax* otherwise (other dimensions at large beta; Milakov & Gimelshein 2018, the
+  FlashAttention recurrence): keys are processed in tiles of :data:`TILE`; m_i is the running
+  maximum and s_i, a_i are rescaled by :math:`e^{m_{old} - m_{new}}` whenever a tile raises it.
 
 Memory is O(threads · TILE) scratch besides the O(N·d) inputs and output.
 
@@ -48,6 +53,10 @@ QUERY_BLOCK = 32
 #: [e^-600, 1], nothing overflows or becomes subnormal, and the running maximum (a pass over
 #: every tile) and its rescalings are skipped.
 FIXED_SHIFT_SPREAD = 600.0
+#: With the bound as shift, a sum s_i >= e^-600 proves the largest term >= e^-600/N: the terms
+#: lost below e^-708 are then < N^2 e^-108 (< 1e-30 for N < 1e9) of s_i, so the fused pass is
+#: accepted; otherwise it is redone with the exact maximum as shift.
+_ACCEPT_SUM = float(np.exp(-600.0))
 
 _LOG2E = 1.4426950408889634
 # fdlibm's split of log 2: n * _LN2_HI is exact for |n| < 2^20.
@@ -142,6 +151,24 @@ def _row3(b0, b1, b2, k0, k1, k2, lw, v0, v1, v2, shift):
 
 
 @njit(cache=True, fastmath=_REDUCE)
+def _max3(b0, b1, b2, k0, k1, k2, lw):
+    """The largest logit of one query (d = 3): a cheap pass (3 FMAs and a max per key)."""
+    m = -np.inf
+    for j in range(k0.shape[0]):
+        m = max(m, b0 * k0[j] + b1 * k1[j] + b2 * k2[j] + lw[j])
+    return m
+
+
+@njit(cache=True, fastmath=_REDUCE)
+def _max2(b0, b1, k0, k1, lw):
+    """The largest logit of one query (d = 2)."""
+    m = -np.inf
+    for j in range(k0.shape[0]):
+        m = max(m, b0 * k0[j] + b1 * k1[j] + lw[j])
+    return m
+
+
+@njit(cache=True, fastmath=_REDUCE)
 def _logits_tile(buf, bx, keysT, logw, t0, L, want_max):
     """buf[j] <- <bx, k_{t0+j}> + log w_{t0+j}; returns the tile maximum (if wanted)."""
     d = bx.shape[0]
@@ -175,31 +202,51 @@ def _dot_tile(buf, valuesT, a, t0, L):
 
 
 @njit(cache=True)
-def _row(x, i, keysT, logw, beta, shift, buf, bx, valuesT, acc):
-    """One query: returns (shift m_i, normalizer s_i) and leaves the numerator in acc."""
+def _row(x, i, keysT, logw, beta, bound, wide, buf, bx, valuesT, acc):
+    """One query: returns (shift m_i, normalizer s_i) and leaves the numerator in acc.
+
+    ``bound`` is an upper bound of the query's logits; ``wide`` says they may spread over more
+    than :data:`FIXED_SHIFT_SPREAD`, so that the bound alone may be a poor shift."""
     d = x.shape[1]
     n = keysT.shape[1]
-    fixed = shift == shift  # not NaN: a safe fixed shift, no maximum needed
     dv = acc.shape[0]
-    if fixed and d == 3 and dv == 3:
-        s, acc[0], acc[1], acc[2] = _row3(beta * x[i, 0], beta * x[i, 1], beta * x[i, 2],
-                                          keysT[0], keysT[1], keysT[2], logw,
+    if d == 3 and dv == 3:
+        b0, b1, b2 = beta * x[i, 0], beta * x[i, 1], beta * x[i, 2]
+        shift = bound
+        s, acc[0], acc[1], acc[2] = _row3(b0, b1, b2, keysT[0], keysT[1], keysT[2], logw,
                                           valuesT[0], valuesT[1], valuesT[2], shift)
+        if wide and not s >= _ACCEPT_SUM:
+            # the bound overshot the largest logit by more than ~600: redo with the maximum
+            shift = _max3(b0, b1, b2, keysT[0], keysT[1], keysT[2], logw)
+            if shift == -np.inf:
+                acc[0] = acc[1] = acc[2] = 0.0
+                return shift, 0.0
+            s, acc[0], acc[1], acc[2] = _row3(b0, b1, b2, keysT[0], keysT[1], keysT[2], logw,
+                                              valuesT[0], valuesT[1], valuesT[2], shift)
         return shift, s
-    if fixed and d == 2 and dv == 2:
-        s, acc[0], acc[1] = _row2(beta * x[i, 0], beta * x[i, 1], keysT[0], keysT[1], logw,
-                                  valuesT[0], valuesT[1], shift)
+    if d == 2 and dv == 2:
+        b0, b1 = beta * x[i, 0], beta * x[i, 1]
+        shift = bound
+        s, acc[0], acc[1] = _row2(b0, b1, keysT[0], keysT[1], logw, valuesT[0], valuesT[1],
+                                  shift)
+        if wide and not s >= _ACCEPT_SUM:
+            shift = _max2(b0, b1, keysT[0], keysT[1], logw)
+            if shift == -np.inf:
+                acc[0] = acc[1] = 0.0
+                return shift, 0.0
+            s, acc[0], acc[1] = _row2(b0, b1, keysT[0], keysT[1], logw, valuesT[0],
+                                      valuesT[1], shift)
         return shift, s
     for a in range(d):
         bx[a] = beta * x[i, a]
     for a in range(acc.shape[0]):
         acc[a] = 0.0
-    run_max = shift if fixed else -np.inf
+    run_max = -np.inf if wide else bound
     s = 0.0
     for t0 in range(0, n, TILE):
         L = min(TILE, n - t0)
-        tmax = _logits_tile(buf, bx, keysT, logw, t0, L, not fixed)
-        if not fixed:
+        tmax = _logits_tile(buf, bx, keysT, logw, t0, L, wide)
+        if wide:
             if tmax == -np.inf:
                 continue  # a tile of zero-weight atoms
             if tmax > run_max:
@@ -217,7 +264,7 @@ def _row(x, i, keysT, logw, beta, shift, buf, bx, valuesT, acc):
 
 
 @njit(parallel=True, cache=True)
-def _attention_kernel(x, keysT, valuesT, logw, beta, normalized, shifts, out, log_z):
+def _attention_kernel(x, keysT, valuesT, logw, beta, normalized, bounds, wide, out, log_z):
     m, d = x.shape
     dv = valuesT.shape[0]
     nblocks = (m + QUERY_BLOCK - 1) // QUERY_BLOCK
@@ -226,7 +273,7 @@ def _attention_kernel(x, keysT, valuesT, logw, beta, normalized, shifts, out, lo
         acc = np.empty(dv)
         bx = np.empty(d)
         for i in range(b * QUERY_BLOCK, min(m, (b + 1) * QUERY_BLOCK)):
-            mi, si = _row(x, i, keysT, logw, beta, shifts[i], buf, bx, valuesT, acc)
+            mi, si = _row(x, i, keysT, logw, beta, bounds[i], wide[i], buf, bx, valuesT, acc)
             log_z[i] = mi + np.log(si)
             if normalized:
                 for a in range(dv):
@@ -241,7 +288,7 @@ def _attention_kernel(x, keysT, valuesT, logw, beta, normalized, shifts, out, lo
 
 
 @njit(parallel=True, cache=True)
-def _log_partition_kernel(x, keysT, logw, beta, shifts, out):
+def _log_partition_kernel(x, keysT, logw, beta, bounds, wide, out):
     m, d = x.shape
     nblocks = (m + QUERY_BLOCK - 1) // QUERY_BLOCK
     novalues = np.empty((1, 0))
@@ -250,22 +297,20 @@ def _log_partition_kernel(x, keysT, logw, beta, shifts, out):
         acc = np.empty(0)
         bx = np.empty(d)
         for i in range(b * QUERY_BLOCK, min(m, (b + 1) * QUERY_BLOCK)):
-            mi, si = _row(x, i, keysT, logw, beta, shifts[i], buf, bx, novalues, acc)
+            mi, si = _row(x, i, keysT, logw, beta, bounds[i], wide[i], buf, bx, novalues, acc)
             out[i] = mi + np.log(si) if si > 0 else -np.inf
 
 
 def _shifts(x, keysT, logw, beta):
-    """Per-query fixed softmax shift U_i = beta |x_i| max_j |k_j| + max_j log w_j (an upper
-    bound of the logits), or NaN where the logits may spread over more than
-    :data:`FIXED_SHIFT_SPREAD` and the exact running maximum is needed instead."""
+    """Per-query upper bound U_i = beta |x_i| max_j |k_j| + max_j log w_j of the logits, and
+    whether the logits may spread over more than :data:`FIXED_SHIFT_SPREAD` below it (then U_i
+    alone may be a poor shift: the online softmax, or for d = 2, 3 a check of the sum)."""
     alive = np.isfinite(logw)
     kmax = float(np.sqrt((keysT ** 2).sum(axis=0)).max()) if keysT.size else 0.0
     lw_hi = float(logw[alive].max()) if alive.any() else 0.0
     lw_lo = float(logw[alive].min()) if alive.any() else 0.0
     reach = beta * np.linalg.norm(x, axis=1) * kmax
-    shifts = reach + lw_hi
-    shifts[2.0 * reach + (lw_hi - lw_lo) > FIXED_SHIFT_SPREAD] = np.nan
-    return shifts
+    return reach + lw_hi, 2.0 * reach + (lw_hi - lw_lo) > FIXED_SHIFT_SPREAD
 
 
 def attention_numba(x, keys, values, weights, beta: float, normalized: bool) -> np.ndarray:
@@ -281,7 +326,7 @@ def attention_numba(x, keys, values, weights, beta: float, normalized: bool) -> 
     log_z = np.empty(x.shape[0])
     logw = log_weights(weights)
     _attention_kernel(x, keysT, valuesT, logw, float(beta), bool(normalized),
-                      _shifts(x, keysT, logw, float(beta)), out, log_z)
+                      *_shifts(x, keysT, logw, float(beta)), out, log_z)
     if not normalized and x.shape[0]:
         # the reference tests the largest logit; the log-partition exceeds it by <= log N
         check_usa_overflow(float(log_z.max()), beta)
@@ -295,7 +340,7 @@ def log_partition_numba(x, keys, weights, beta: float) -> np.ndarray:
     keysT = np.ascontiguousarray(np.asarray(keys, dtype=np.float64).T)
     out = np.empty(x.shape[0])
     logw = log_weights(weights)
-    _log_partition_kernel(x, keysT, logw, float(beta), _shifts(x, keysT, logw, float(beta)), out)
+    _log_partition_kernel(x, keysT, logw, float(beta), *_shifts(x, keysT, logw, float(beta)), out)
     return out
 
 

@@ -111,6 +111,10 @@ FALLBACK_FACTOR = 100.0
 DIRECT_FALLBACK_MAX = 128
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
+#: The transforms' accuracy, as a fraction of the field's ``tol`` (at least NUFFT_EPS_MIN):
+#: their error then adds at most ~4 NUFFT_EPS_FRACTION · tol relative to the field
+#: (:meth:`HarmonicField._numerical_error`), and a looser tol buys narrower NUFFT kernels.
+NUFFT_EPS_FRACTION = 0.1
 #: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
 #: 0.42: 100-150 bytes for a spin-1 synthesis at L = 512..2048), with room for our arrays.
 BYTES_PER_DEGREE2 = 256.0
@@ -293,7 +297,8 @@ class HarmonicField:
         self.zonal = fac is not None
         self.norm_V = float(np.linalg.norm(V, 2))
         self.max_memory = 0.5 * _physical_memory() if max_memory is None else float(max_memory)
-        self.nufft_eps = NUFFT_EPS_MIN
+        # the transforms need not be more accurate than the truncation they serve
+        self.nufft_eps = max(NUFFT_EPS_MIN, NUFFT_EPS_FRACTION * tol)
         self.degree = self._choose_degree()
         self._coef = self._kappa_expansion()
         self.n_terms = self._coef.shape[0]
@@ -921,11 +926,14 @@ class PlannedField:
 
 
 #: Cost model of ``kernel="auto"``: the harmonic right-hand side costs about
-#: (L + 1)^2 log2(L + 2) + (m + n) work units against m·n pairs for the fused kernel, and the
-#: fused kernel is about 4x slower per pair when beta·|B| > 300 (its online-softmax path).
-#: This constant puts the crossover where benchmarks/harmonic.py measured it on a shared
-#: 2-core machine: N ~ 600 at beta = 16, ~1200 at 64, ~2600 at 256 and ~2700 at 1000.
-AUTO_PAIRS_PER_UNIT = 50.0
+#: (L + 1)^2 log2(L + 2) + (m + n) + :data:`AUTO_FIXED_UNITS` work units against m·n pairs
+#: for the fused kernel (which runs every beta at the same speed per pair). The two constants
+#: put the crossover where ``benchmarks/harmonic.py --crossover`` measured it (2-core
+#: machine, shared, one run): N ~ 1530, 1710, 2850, 5830 at beta = 16, 64, 256, 1000; the
+#: model gives 1270, 1680, 2940, 5910.
+AUTO_PAIRS_PER_UNIT = 58.0
+#: The harmonic kernel's fixed cost (planning, ~2 ms), in the units above.
+AUTO_FIXED_UNITS = 2.0e4
 
 
 def estimated_degree(kappa: float, tol: float = DEFAULT_TOL) -> int:
@@ -939,9 +947,8 @@ def harmonic_is_faster(m: int, n: int, kappa: float) -> bool:
     """Whether the harmonic kernel beats the fused direct kernel for m queries and n atoms at
     kappa = beta·|B|_2, by the measured cost model :data:`AUTO_PAIRS_PER_UNIT`."""
     L = estimated_degree(kappa)
-    online = 4.0 if kappa > 300.0 else 1.0
-    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n)
-    return m * n * online >= AUTO_PAIRS_PER_UNIT * units
+    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n) + AUTO_FIXED_UNITS
+    return m * n >= AUTO_PAIRS_PER_UNIT * units
 
 
 @functools.lru_cache(maxsize=16)
