@@ -131,3 +131,16 @@ def test_circle_bad_input():
         sp.w2(mu, nu, method="circle", plane=np.eye(3))
     assert W_circle.great_circle_plane(mu.points) is None
     assert "circle" in W.METHODS
+
+
+def test_auto_falls_back_when_the_circle_bracket_is_too_wide():
+    U = random_plane(3, 11)
+    mu = tokens(300, 3, U, 12, True, 0.5)
+    nu = circle_atoms(U, 200, 13, True)
+    r = sp.w2(mu, nu)
+    assert r.method == "circle"  # its width (~1e-4 here) meets the default tol = 1e-3
+    # tol = 2e-5 is more than the circle solver gives with unequal masses: auto reports that
+    # and solves exactly (n*m = 6e4 pairs).
+    r = sp.w2(mu, nu, tol=2e-5)
+    assert r.method == "exact" and "great circle" in r.details["auto"]
+    assert "> tol" in r.details["auto"]
