@@ -13,13 +13,18 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    time for the same right-hand side (from 1024 queries, scaled) as the reference.
 3. ``--crossover``: per beta, the N above which the harmonic right-hand side beats numba.
 4. ``--full-run``: the default scenario at beta = 1000 with N tokens (default 10^6) to
-   t = 14 with ``ParticleSolver(model, kernel="harmonic")``: wall time, steps, the share of
-   queries the error bound sent to the exact cap sums (``fallback``) and the atoms summed
-   per fallback query (``cap_atoms``; a query among at most 128 counts all N), per output
-   time and every 5 steps. Long: run it with nohup and a log.
+   t = 14 with ``ParticleSolver(model, kernel=--kernel)``: wall time, steps, the share of
+   queries the error bound sent to the fallback (``fallback``) and the work per fallback
+   query (``fallback_work``: exact plus far-field expansion terms), per output time and
+   every 5 steps; ``--save-dir`` keeps the clouds. Long: run it with nohup and a log.
+5. ``--late [CLOUD.npy ...]``: one right-hand side at each N of ``--n-late`` on the initial
+   cloud and on late clouds resampled from saved ones (``resample``), in fresh subprocesses:
+   time, peak memory, the far-field fallback against the exact cap sums it replaced on the
+   same queries, and the fused numba kernel.
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
-       [--n-full 1000000] [--json out.json]   (no flag: the first three)
+       [--n-full 1000000] [--kernel auto] [--save-dir DIR] [--late [CLOUD.npy ...]]
+       [--n-late 262144 1000000] [--json out.json]   (no flag: the first three)
 """
 from __future__ import annotations
 
@@ -169,14 +174,16 @@ def crossover(betas=(16.0, 64.0, 256.0, 1000.0), sizes=tuple(1 << k for k in ran
     return rows
 
 
-def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
-    """The default scenario at beta with n tokens to t_end (15 output times)."""
+def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15, kernel="harmonic", save_dir=None):
+    """The default scenario at beta with n tokens to t_end (15 output times); with
+    ``kernel="auto"`` the chooser's switches and evaluations are in the stats. With save_dir
+    the whole cloud is saved at every output time (the late clouds of ``--late``)."""
     import spherepde as sp
     from spherepde.interaction.harmonic import field_for
 
     model = build_model(DEFAULT, beta)
     x0 = tokens(n)
-    solver = sp.ParticleSolver(model, kernel="harmonic")
+    solver = sp.ParticleSolver(model, kernel=kernel)
     print(f"[full-run] {solver!r}, N = {n}", flush=True)
     field = field_for(model.B, model.V, model.beta, model.normalized)
     t0 = time.time()
@@ -186,14 +193,16 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
     def callback(i, t, x):
         q = field.stats["queries"] - last[0]
         fb = field.stats["fallback"] - last[1]
-        atoms = field.stats["cap_atoms"] - last[2]
-        last[:] = [field.stats["queries"], field.stats["fallback"], field.stats["cap_atoms"]]
+        work = field.stats["fallback_work"] - last[2]
+        last[:] = [field.stats["queries"], field.stats["fallback"], field.stats["fallback_work"]]
         row = dict(t=float(t), wall_s=time.time() - t0, rhs=q // n, fallback_share=fb / max(q, 1),
-                   cap_atoms_per_fallback=atoms / max(fb, 1))
+                   work_per_fallback=work / max(fb, 1))
         log.append(row)
         print(f"[full-run] t = {t:5.2f}  wall {row['wall_s']:8.1f} s  right-hand sides "
-              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}  atoms per fallback "
-              f"query {row['cap_atoms_per_fallback']:.0f} (of N = {n})", flush=True)
+              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}  far-field work per "
+              f"fallback query {row['work_per_fallback']:.0f} (of N = {n})", flush=True)
+        if save_dir:
+            np.save(os.path.join(save_dir, f"cloud_n{n}_beta{beta:g}_t{t:g}.npy"), x)
 
     steps = [0]
 
@@ -202,14 +211,114 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15):
         if steps[0] % 5 == 0:
             print(f"[full-run]   step {steps[0]:5d}  t = {t:.4f}  wall {time.time() - t0:8.1f} s  "
                   f"queries {field.stats['queries']}  fallback {field.stats['fallback']}  "
-                  f"cap atoms {field.stats['cap_atoms']}",
+                  f"far-field work {field.stats['fallback_work']}",
                   flush=True)
 
     traj = solver.solve(x0, np.linspace(0.0, t_end, n_times), callback=callback,
                         progress=progress, tokens=slice(0, 2000))
     wall = time.time() - t0
     print(f"[full-run] done in {wall:.0f} s; stats {traj.stats}")
-    return dict(n=n, beta=beta, t_end=t_end, wall_s=wall, stats=traj.stats, log=log)
+    return dict(n=n, beta=beta, t_end=t_end, kernel=kernel, wall_s=wall, stats=traj.stats,
+                log=log)
+
+
+def resample(cloud, n, seed=0, k=5, jitter=0.3):
+    """n points drawn from a small cloud (m, 3): each a copy of a random point of it moved by
+    a Gaussian of `jitter` times the distance to that point's k-th neighbour (its local
+    spacing), so that clusters, arcs and tails keep their scales."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(seed)
+    dist, _ = cKDTree(cloud).query(cloud, k + 1)
+    pick = rng.integers(0, cloud.shape[0], n)
+    y = cloud[pick] + jitter * dist[pick, -1:] * rng.standard_normal((n, 3))
+    return y / np.linalg.norm(y, axis=1, keepdims=True)
+
+
+_LATE = r"""
+import json, os, sys, time, numpy as np
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {bench!r})
+from harmonic import resample, tokens
+from spherepde.app.config import DEFAULT
+from spherepde.app.scenario import build_model
+from spherepde.interaction.harmonic import FALLBACK_FACTOR, field_for, _directions
+from spherepde.interaction.caps import CapSums
+from spherepde.interaction.farfield import FarField
+model = build_model(DEFAULT, {beta})
+n = {n}
+x = tokens(n) if {cloud!r} is None else resample(np.load({cloud!r}), n, seed=1)
+w = np.full(n, 1.0 / n)
+field = field_for(model.B, model.V, model.beta, model.normalized)
+field.attention_of_points(x[:2000], x[:2000], w[:2000] * n / 2000)  # compile, plan
+times = []
+for _ in range({repeat}):
+    f0 = dict(field.stats)
+    t = time.perf_counter()
+    v = field.attention_of_points(x, x, w)
+    times.append(time.perf_counter() - t)
+fb = field.stats["fallback"] - f0["fallback"]
+work = field.stats["fallback_work"] - f0["fallback_work"]
+hwm = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+# the parts: the harmonic expansion with its bound, then each fallback on the same queries
+mom = field.moments(x, w)
+t = time.perf_counter()
+_, bound = field.attention(x, mom, return_bound=True)
+t_harm = time.perf_counter() - t + 0.0
+bad = np.nonzero(~(bound <= FALLBACK_FACTOR * field.tol))[0]
+nx = np.empty((bad.size, 3)); kap = np.empty(bad.size)
+_directions(np.ascontiguousarray(x[bad]), field.B, field.beta, nx, kap)
+t = time.perf_counter()
+s, a, sh, st = FarField(x, w).sums(kap[:, None] * nx, field.tol)
+t_far = time.perf_counter() - t
+# the cap sums they replace (before): the sort, then a subset of the queries, scaled
+sub = min(bad.size, {cap_subset})
+t = time.perf_counter()
+caps = CapSums(x, w)
+t_sort = time.perf_counter() - t
+pick = np.random.default_rng(0).choice(bad.size, sub, replace=False) if sub else np.arange(0)
+t = time.perf_counter()
+s2, a2, sh2, cnt = caps.sums(nx[pick], kap[pick], field.tol)
+t_caps = t_sort + (time.perf_counter() - t) * bad.size / max(sub, 1)
+err_caps = float(np.abs(a[pick] / s[pick, None] - a2 / s2[:, None]).max()) if sub else 0.0
+# the fused numba kernel for the whole right-hand side, from {subset} queries, scaled
+from spherepde.interaction.fused import attention_numba
+keys, values = x @ model.B.T, x @ model.V.T
+q = x[np.random.default_rng(2).choice(n, {subset}, replace=False)]
+attention_numba(q[:64], keys, values, w, model.beta, model.normalized)
+t = time.perf_counter()
+ref = attention_numba(q, keys, values, w, model.beta, model.normalized)
+t_numba = (time.perf_counter() - t) * n / {subset}
+print(json.dumps(dict(seconds=float(np.median(times)), all_seconds=times, vm_hwm_mb=hwm,
+                      fallback=int(fb), fallback_share=fb / n, fallback_work=int(work),
+                      harmonic_part_s=t_harm, farfield_s=t_far, farfield_stats=st,
+                      caps_s=t_caps, caps_sort_s=t_sort, caps_atoms_mean=float(cnt.mean()) if sub else 0.0,
+                      farfield_vs_caps_max_diff=err_caps, numba_s=t_numba,
+                      load_average=os.getloadavg())))
+"""
+
+
+def late(n=10**6, beta=1000.0, cloud=None, repeat=3, subset=512, cap_subset=512):
+    """One right-hand side at N = n on the initial cloud (cloud=None) or on a late cloud
+    resampled from a saved one (:func:`resample`), in a fresh subprocess (peak memory):
+    its time (median of `repeat`), the harmonic part alone, the far-field fallback alone and
+    the exact cap sums it replaced on the same queries (the sort plus `cap_subset` queries,
+    scaled), and the fused numba kernel (from `subset` queries, scaled)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    code = _LATE.format(root=root, bench=os.path.dirname(os.path.abspath(__file__)), beta=beta,
+                        n=n, cloud=cloud, repeat=repeat, subset=subset, cap_subset=cap_subset)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(res.stderr[-3000:])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out.update(n=n, beta=beta, cloud=cloud or "initial")
+    print(f"[late] N = {n}, beta = {beta:g}, cloud {out['cloud']}: one right-hand side "
+          f"{out['seconds']:.2f} s, peak RSS {out['vm_hwm_mb']:.0f} MB, fallback share "
+          f"{out['fallback_share']:.4f}; far field {out['farfield_s']:.2f} s vs cap sums "
+          f"{out['caps_s']:.1f} s ({out['caps_s'] / max(out['farfield_s'], 1e-9):.0f}x); numba "
+          f"{out['numba_s']:.0f} s ({out['numba_s'] / out['seconds']:.0f}x); load "
+          f"{out['load_average']}", flush=True)
+    return out
 
 
 def main(argv=None):
@@ -219,9 +328,14 @@ def main(argv=None):
     p.add_argument("--crossover", action="store_true")
     p.add_argument("--full-run", action="store_true")
     p.add_argument("--n-full", type=int, default=10**6)
+    p.add_argument("--kernel", default="harmonic", help="--full-run's kernel (harmonic, auto)")
+    p.add_argument("--save-dir", default=None, help="--full-run saves its clouds here")
+    p.add_argument("--late", nargs="*", default=None, metavar="CLOUD.npy",
+                   help="one right-hand side on the initial cloud and on these late clouds")
+    p.add_argument("--n-late", type=int, nargs="+", default=[1 << 18, 10**6])
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    if not (a.ratio or a.big or a.crossover or a.full_run):
+    if not (a.ratio or a.big or a.crossover or a.full_run or a.late is not None):
         a.ratio = a.big = a.crossover = True
     print(f"machine: {os.cpu_count()} CPUs (shared with other jobs: compare ratios, not times)")
     out = {}
@@ -232,7 +346,9 @@ def main(argv=None):
     if a.crossover:
         out["crossover"] = crossover()
     if a.full_run:
-        out["full_run"] = full_run(n=a.n_full)
+        out["full_run"] = full_run(n=a.n_full, kernel=a.kernel, save_dir=a.save_dir)
+    if a.late is not None:
+        out["late"] = [late(n=n, cloud=c) for c in [None] + a.late for n in a.n_late]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -66,11 +66,19 @@ measure seen by the kernel at x is at least as dense as the uniform one, and gro
 :math:`\bar G/G(x)` where it is thinner. At low temperature a query can look into a region
 that holds exponentially little mass (:math:`G(x)/\bar G \sim e^{-\kappa\delta^2/2}` at distance
 δ from the support): no double-precision harmonic expansion resolves that. Every evaluation
-therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points` sums
-the queries whose bound exceeds ``FALLBACK_FACTOR * tol`` exactly over the cap that carries
-their kernel (:mod:`spherepde.interaction.caps`: the atoms left out weigh at most tol/2 of
-the normalizer, a priori, so the SA output is off by at most :math:`\|V\|_2\,\mathrm{tol}`);
-their number and the atoms summed for them are kept in ``HarmonicField.stats``.
+therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points`
+computes the queries whose bound exceeds ``FALLBACK_FACTOR * tol`` another way: a few (at
+most :data:`DIRECT_FALLBACK_MAX`) by full sums over the atoms
+(:func:`spherepde.interaction.caps.full_sums`), more by the dual-tree far-field expansion of
+:mod:`spherepde.interaction.farfield`. Late in a low-temperature run nearly every query falls
+back (the tokens have gathered and n(x) looks away from them); the queries are then clustered
+like the atoms, and the interaction of a cluster of queries with a cluster of atoms is a
+short Taylor series in the cross term :math:`\langle\delta q, \delta y\rangle` only. Its
+bound is a priori: the expansions and the atoms they drop change s and a by at most
+0.45 tol of s each, so the SA output is off by at most :math:`\|V\|_2\,\mathrm{tol}` (USA:
+tol of the query's own :math:`\|V\|_2\,s`), the guarantee the exact cap sums of
+:mod:`spherepde.interaction.caps` gave. ``HarmonicField.stats`` keeps the number of fallback
+queries and ``fallback_work``: the exact terms plus the expansions' terms summed for them.
 
 Cell averages (for a finite-volume solver)
 ------------------------------------------
@@ -106,8 +114,8 @@ DEFAULT_TOL = 1e-12
 #: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
 FALLBACK_FACTOR = 100.0
 #: Up to this many fallback queries are summed over all atoms, unsorted
-#: (:func:`spherepde.interaction.caps.full_sums`, ~1-2 ns per atom and query); more are summed
-#: over their caps, after a sort that costs ~250 ns per atom (measured at N = 10^6).
+#: (:func:`spherepde.interaction.caps.full_sums`, ~1-2 ns per atom and query); more go through
+#: the far-field expansion, whose two trees cost ~1 us per atom and query to build.
 DIRECT_FALLBACK_MAX = 128
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
@@ -252,8 +260,9 @@ class HarmonicField:
     error_level : float
         E(L) plus the Chebyshev truncation, per unit mass, in the units of the scaled G.
     stats : dict
-        ``queries``, ``fallback`` (queries summed directly) and ``cap_atoms`` (atoms
-        summed for them) of :meth:`attention_of_points`, cumulative.
+        ``queries``, ``fallback`` (queries computed by the far-field fallback) and
+        ``fallback_work`` (the exact terms plus the expansion terms summed for them) of
+        :meth:`attention_of_points`, cumulative.
 
     Examples
     --------
@@ -306,7 +315,7 @@ class HarmonicField:
             self._l, self._m = lm_arrays(self.degree)
             self._sqrt_llp1 = np.sqrt(self._l * (self._l + 1.0))
         self.error_level = self._error_level()
-        self.stats = {"queries": 0, "fallback": 0, "cap_atoms": 0}
+        self.stats = {"queries": 0, "fallback": 0, "fallback_work": 0}
 
     @classmethod
     def from_model(cls, model, **kw) -> "HarmonicField":
@@ -714,14 +723,12 @@ class HarmonicField:
     def attention_of_points(self, x, points, weights=None) -> np.ndarray:
         r"""Attention output at x (m, d) of the measure :math:`\sum_j w_j\delta_{y_j}`.
 
-        Queries whose error bound exceeds ``FALLBACK_FACTOR * tol`` are summed exactly over
-        the cap that carries their kernel (:class:`spherepde.interaction.caps.CapSums`: the
-        atoms left out add up to at most tol/2 of the normalizer, so the output is off by at
-        most :math:`\|V\|_2\,\mathrm{tol}`, relative to the query's own scale for USA); a
-        few of them (at most :data:`DIRECT_FALLBACK_MAX`) are summed over all atoms instead
-        (:func:`spherepde.interaction.caps.full_sums`), which is cheaper than sorting them. Weights must
-        be non-negative (as for every kernel). ``stats`` counts the ``queries``, the
-        ``fallback`` queries and the ``cap_atoms`` summed for them.
+        Queries whose error bound exceeds ``FALLBACK_FACTOR * tol`` are computed by
+        :meth:`exact_at` (the far-field expansion of :mod:`spherepde.interaction.farfield`,
+        off by at most :math:`\|V\|_2\,\mathrm{tol}`, relative to the query's own scale for
+        USA; at most :data:`DIRECT_FALLBACK_MAX` of them by full sums over the atoms). Weights
+        must be non-negative (as for every kernel). ``stats`` counts the ``queries``, the
+        ``fallback`` queries and the ``fallback_work`` spent on them.
         """
         x = np.asarray(x, dtype=np.float64)
         points = np.asarray(points, dtype=np.float64)
@@ -734,9 +741,9 @@ class HarmonicField:
         return self.exact_at(att, bad, x, points, w, self.tol)
 
     def exact_at(self, att, bad, x, points, weights, tol):
-        r"""Replaces the rows ``bad`` of ``att`` (the output at x: (m, d)) by the sums over
-        the cap that carries their kernel (:class:`spherepde.interaction.caps.CapSums`; a
-        few, at most :data:`DIRECT_FALLBACK_MAX`, over all atoms), accurate to
+        r"""Replaces the rows ``bad`` of ``att`` (the output at x: (m, d)) by the sums of
+        :class:`spherepde.interaction.farfield.FarField` (a few, at most
+        :data:`DIRECT_FALLBACK_MAX`, by full sums over all atoms), accurate to
         :math:`\|V\|_2\,\mathrm{tol}` (SA; USA relative to the query's own scale) for the
         measure :math:`\sum_j w_j\delta_{y_j}`, w >= 0; counts them in ``stats``; returns att."""
         bad = np.asarray(bad)
@@ -745,7 +752,8 @@ class HarmonicField:
         self.stats["fallback"] += int(bad.size)
         w = weights
         tol = float(tol)
-        from .caps import CapSums, full_sums
+        from .caps import full_sums
+        from .farfield import FarField
 
         xb = np.ascontiguousarray(x[bad])
         nx = np.empty_like(xb)
@@ -753,10 +761,10 @@ class HarmonicField:
         _directions(xb, self.B, self.beta, nx, kappa)
         if bad.size <= DIRECT_FALLBACK_MAX:
             s, a, shift = full_sums(points, w, nx, kappa)
-            self.stats["cap_atoms"] += int(bad.size) * points.shape[0]
+            self.stats["fallback_work"] += int(bad.size) * points.shape[0]
         else:
-            s, a, shift, count = CapSums(points, w).sums(nx, kappa, tol)
-            self.stats["cap_atoms"] += int(count.sum())
+            s, a, shift, st = FarField(points, w).sums(kappa[:, None] * nx, tol)
+            self.stats["fallback_work"] += st["direct_terms"] + st["expansion_terms"]
         if self.normalized:
             att[bad] = (a / s[:, None]) @ self.V.T
         else:

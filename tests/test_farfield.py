@@ -1,0 +1,131 @@
+"""The dual-tree far-field sums (the harmonic kernel's fallback at low temperature) against
+the fused direct kernel: two tight clusters, a thin great circle and a spread cloud, on S^2
+and S^1, beta = 256, 1000, 4000; its truncation bound against brute force; and through
+HarmonicField on a late-phase-like cloud."""
+import math
+
+import numpy as np
+import pytest
+
+from spherepde.interaction.farfield import (EXPANSION_SHARE, MAX_DEGREE, MAX_TERMS, FarField,
+                                            _prepare)
+from spherepde.interaction.fused import attention_numba, log_partition_numba
+from spherepde.interaction.harmonic import DEFAULT_TOL, DIRECT_FALLBACK_MAX, HarmonicField
+
+TOL = DEFAULT_TOL
+
+
+def unit(v):
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def cloud(kind, d, n, rng):
+    """Two clusters of angular width 0.01 at +-e_1 (masses 0.6, 0.4), a great circle of
+    width 0.003, or a uniform cloud; random weights spanning a decade."""
+    e1 = np.eye(d)[0]
+    if kind == "two":
+        sign = np.where(rng.random(n) < 0.6, 1.0, -1.0)
+        y = unit(sign[:, None] * e1 + 0.01 * rng.standard_normal((n, d)))
+    elif kind == "circle" and d == 3:
+        t = rng.uniform(0, 2 * np.pi, n)
+        y = unit(np.stack([np.cos(t), np.sin(t), 0.003 * rng.standard_normal(n)], 1))
+    else:
+        y = unit(rng.standard_normal((n, d)))
+    w = rng.random(n) + 0.1
+    return y, w / w.sum()
+
+
+def rotation(d, rng):
+    q, r = np.linalg.qr(rng.standard_normal((d, d)))
+    return q * np.sign(np.diag(r))
+
+
+@pytest.mark.parametrize("d", [3, 2])
+@pytest.mark.parametrize("kind", ["two", "circle", "spread"])
+@pytest.mark.parametrize("kappa", [256.0, 1000.0, 4000.0])
+def test_far_field_matches_the_direct_kernel(d, kind, kappa):
+    """Queries q = kappa R^T y_i at every atom, R a rotation: late in a run each looks away
+    from its own cluster, the case the harmonic expansion cannot resolve."""
+    rng = np.random.default_rng(int(kappa) + d)
+    y, w = cloud(kind, d, 3000, rng)
+    q = kappa * y @ rotation(d, rng)
+    s, a, shift, stats = FarField(y, w).sums(q, TOL)
+    ref = attention_numba(q, y, y, w, 1.0, True)
+    # the a priori bound: 0.45 tol of s each for a and s, so the mean is off by <= 0.9 tol
+    # (module docstring); 100 tol is issue 9's target and leaves room for round-off
+    assert np.abs(a / s[:, None] - ref).max() <= 100 * TOL
+    logz = log_partition_numba(q, y, w, 1.0)
+    assert np.abs(shift + np.log(s) - logz).max() <= 100 * TOL
+    if kind == "two":
+        # the clusters interact through expansions: fewer than half of the exact terms that
+        # the cap sums (the previous fallback) need for the same queries are left
+        from spherepde.interaction.caps import CapSums
+
+        kq = np.linalg.norm(q, axis=1)
+        count = CapSums(y, w).sums(q / kq[:, None], kq, TOL)[3]
+        assert stats["pairs_expanded"] > 0
+        assert stats["direct_terms"] < 0.5 * count.sum()
+
+
+@pytest.mark.parametrize("u", [(0.9, 0.7, 0.004), (0.3, 0.0, 0.0), (1.0, 1.0, 0.05),
+                               (1e-3, 2e-3, 5e-4), (1.0, 1.0, 1.0)])
+def test_index_set_meets_its_bound(u):
+    """The truncation S of e^{sum_k a_k b_k}, |a_k b_k| <= u_k: at random points with
+    |a_k b_k| = u_k (where the majorant is sharp for positive products) the dropped part,
+    relative to the smallest exact value e^{-sum u}, is at most eps; the a priori bound."""
+    eps = EXPANSION_SHARE * TOL
+    alpha = np.empty((MAX_TERMS, 3), np.int64)
+    lookup = np.full((MAX_DEGREE + 2,) * 3, -1, np.int32)
+    nbr = np.empty((MAX_TERMS, 3), np.int64)
+    ns, nt, maxd = _prepare(np.array(u), eps, alpha, lookup, nbr)
+    assert (lookup == -1).all()  # reset for the next pair
+    if ns < 0:
+        # declined (S+ would exceed MAX_TERMS rows, the pair is split instead): allowed where
+        # two or three u_k are near 1 (|S| grows like the area or volume of a simplex of
+        # side ~17 there), never for the pairs a split produces (u <= 0.5)
+        assert max(u) > 0.5
+        return
+    assert 0 < ns <= nt <= MAX_TERMS
+    A = alpha[:ns].astype(float)
+    fact = np.array([[math.factorial(int(v)) for v in row] for row in alpha[:ns]])
+    for sign in ([1, 1, 1], [1, -1, 1], [-1, -1, -1]):
+        x = np.array(sign) * np.array(u)  # the products a_k b_k
+        series = np.sum(np.prod(x ** A / fact, axis=1))
+        exact = math.exp(x.sum())
+        assert abs(exact - series) <= eps * math.exp(-sum(u)) * (1 + 1e-3) + 1e-16 * exact
+
+
+def test_far_field_through_the_harmonic_field():
+    """A late-phase cloud (two clusters) under the default scenario's B = rotation: nearly
+    every query fails the harmonic bound; SA and USA against the direct kernel to 100 tol of
+    their scale."""
+    from spherepde.sphere import rotation_about_axis
+
+    rng = np.random.default_rng(11)
+    y, w = cloud("two", 3, 4000, rng)
+    O = rotation_about_axis([1.0, 1.0, 1.0], 0.9)
+    for normalized, c in ((True, 1.0), (False, 0.6)):  # USA: e^{600} stays in float64
+        B, V = c * O, np.diag([1.0, 0.4, 0.0]) @ O
+        field = HarmonicField(B, V, 1000.0, normalized)
+        out = field.attention_of_points(y, y, w)
+        assert field.stats["fallback"] > DIRECT_FALLBACK_MAX
+        ref = attention_numba(y, y @ B.T, y @ V.T, w, 1000.0, normalized)
+        scale = np.linalg.norm(V, 2) * (1.0 if normalized else
+                                        np.exp(log_partition_numba(y, y @ B.T, w, 1000.0)))
+        assert (np.abs(out - ref).max(axis=1) / scale).max() <= 100 * TOL
+
+
+def test_far_field_bad_input_and_zero_weights():
+    y = unit(np.random.default_rng(0).standard_normal((50, 3)))
+    with pytest.raises(ValueError, match="weights"):
+        FarField(y, -np.ones(50))
+    with pytest.raises(ValueError, match="points must be"):
+        FarField(y[:, :1], np.ones(50))
+    w = np.ones(50)
+    w[::2] = 0.0  # atoms of weight 0 drop out exactly
+    q = 300.0 * y[:7]
+    s, a, shift, _ = FarField(y, w).sums(q, TOL)
+    ref = attention_numba(q, y[1::2], y[1::2], w[1::2], 1.0, True)
+    assert np.abs(a / s[:, None] - ref).max() <= 100 * TOL
+    with pytest.raises(ValueError, match="q must be"):
+        FarField(y, w).sums(q[:, :2], TOL)
