@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/wasserstein.py --mesh           # + 1e6 tokens vs a 4e5-cell mesh
                                                                 #   (broad density; two caps)
     .venv/bin/python benchmarks/wasserstein.py --threads 2      # numba threads per case
+    .venv/bin/python benchmarks/wasserstein.py --circle         # tokens vs a great circle:
+                                                                #   circle solver vs multiscale
 
 Every case runs in its own process, so the peak memory (max RSS) printed is that case's.
 Times are wall and CPU seconds. "ratio" is multiscale / exact at the same size; "/ref" is
@@ -110,6 +112,11 @@ def main():
     ap.add_argument("--mesh-quantize", type=float, default=3e-3,
                     help="quantize= for the --mesh cases (0: the solver's default): the tokens "
                          "stop at a clustering of that quantization error (see docs/methods.md)")
+    ap.add_argument("--circle", type=int, nargs="*", default=None,
+                    help="tokens vs a great circle at these sizes (default 1e4 1e5 1e6): the "
+                         "circle solver against the multiscale path it replaces, in one run")
+    ap.add_argument("--circle-old-max", type=int, default=1_000_000,
+                    help="largest size at which the multiscale path also runs")
     ap.add_argument("--tol", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=0, help="numba threads per case (0: numba's default)")
     ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
@@ -123,6 +130,9 @@ def main():
         cases += [("tokens-circle", 1_000_000)]
     if args.mesh:
         cases += [(name, n) for name in ("tokens-mesh", "caps-mesh") for n in args.mesh_tokens]
+    if args.circle is not None:
+        circle_cases(args.circle or [10_000, 100_000, 1_000_000], args)
+        return
     ref = None
     for name, n in cases:
         ex = None
@@ -140,6 +150,30 @@ def main():
         print(f"{name:>14} {ms[7]:>8} {ms[8]:>8} {'multiscale':>10} {ms[4]:>8.2f} {ms[5]:>8.2f} "
               f"{ms[6]:>5.2f} {ms[0]:>10.6f} {ms[2] - ms[1]:>9.1e} {ratio} {vs_ref}{inside}",
               flush=True)
+
+
+def circle_cases(sizes, args):
+    """n vMF tokens against n atoms on a great circle (the projection of other tokens, the
+    dim E = 2 limit): the circle solver, and the multiscale solver that auto used before it,
+    each in its own process; "ratio" is circle / multiscale wall time."""
+    print(f"\n{'case':>14} {'n':>8} {'m':>8} {'method':>10} {'wall s':>8} {'cpu s':>8} "
+          f"{'GiB':>5} {'W2':>10} {'width':>9} {'ratio':>6}")
+    for n in sizes:
+        new = in_child("tokens-circle", n, "circle", args.tol, args.threads)
+        old = (in_child("tokens-circle", n, "multiscale", args.tol, args.threads)
+               if n <= args.circle_old_max else None)
+        for label, res in (("circle", new), ("multiscale", old)):
+            if res is None:
+                continue
+            ratio = f"{new[4] / old[4]:>6.3f}" if (old and label == "circle") else f"{'':>6}"
+            print(f"{'tokens-circle':>14} {res[7]:>8} {res[8]:>8} {label:>10} {res[4]:>8.2f} "
+                  f"{res[5]:>8.2f} {res[6]:>5.2f} {res[0]:>10.6f} {res[2] - res[1]:>9.1e} {ratio}",
+                  flush=True)
+        if old:
+            agree = max(new[1], old[1]) <= min(new[2], old[2])
+            print(f"{'':>14} brackets {'overlap' if agree else 'DISAGREE'}: circle "
+                  f"[{new[1]:.6f}, {new[2]:.6f}], multiscale [{old[1]:.6f}, {old[2]:.6f}]",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -208,7 +208,7 @@ def test_bad_input_messages():
         sp.w2(mu3, mu4)
     with pytest.raises(ValueError, match="'chordal', 'geodesic'"):
         sp.w2(mu3, mu3, cost="euclid")
-    with pytest.raises(ValueError, match="'auto', 'exact', 'semidiscrete', 'multiscale'"):
+    with pytest.raises(ValueError, match="'auto', 'exact', 'semidiscrete', 'circle', 'multiscale'"):
         sp.w2(mu3, mu3, method="lp")
     with pytest.raises(TypeError, match="unknown option"):
         sp.w2(mu3, mu3, method="exact", epsilon=0.1)
@@ -416,7 +416,7 @@ def test_circle_measure_against_its_samples_empirical_rate():
         vals = []
         for seed in range(4):
             idx = np.random.default_rng(seed).choice(nu.n, size=N, p=nu.weights)
-            r = sp.w2(sp.PointCloud(nu.points[idx]), nu)  # auto: exact at these sizes
+            r = sp.w2(sp.PointCloud(nu.points[idx]), nu)  # auto: both sides on the circle
             vals.append(r.squared)
         W.append(np.sqrt(np.mean(vals)))
     slope = np.polyfit(np.log(Ns), np.log(W), 1)[0]

@@ -75,7 +75,8 @@ def _run(args) -> int:
         if args.workers is not None and args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}", EXIT_BAD_INPUT)
         res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet,
-                           figures=args.figures, workers=args.workers)
+                           figures=args.figures,
+                           workers="auto" if args.workers is None else args.workers)
     except ConfigError as exc:
         return _error(f"invalid scenario: {exc}", EXIT_BAD_INPUT)
     except OutputError as exc:

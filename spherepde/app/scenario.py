@@ -407,7 +407,7 @@ def _prepare_folder(out: Path) -> None:
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,
                  fresh: bool = False, progress: bool = True, notify=None,
-                 figures: bool = True, workers: int | None = None) -> dict:
+                 figures: bool = True, workers: int | str = 1) -> dict:
     """Run a scenario (the default one when ``cfg`` is None) and write its outputs.
 
     Maps :func:`run_one` over :func:`tasks_of`, reusing the runs saved under ``<out>/runs/``.
@@ -420,11 +420,13 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         Receives one-line notices (a damaged saved run, ...); default: print to stderr.
     figures : bool
         Draw the figures (False: results, summary and scenario only).
-    workers : int, optional
+    workers : int or "auto"
         Processes that compute the runs side by side (each run is pure, so they are
-        independent). Default: one per core when the scenario is large enough to repay the
-        ~2 s a pool costs to start (:func:`_workers`), else 1 (in this process, with a
-        progress bar per run).
+        independent); 1 (default): in this process, with a progress bar per run. "auto" (what
+        ``spherepde run`` uses): one per core when the scenario is large enough to repay the
+        ~2 s a pool costs to start (:func:`_workers`), else 1. The workers are *spawned*: a
+        script that calls this with workers != 1 needs the usual
+        ``if __name__ == "__main__":`` guard.
 
     Returns a dict with the output folder, the :class:`Run` records, how many were reused,
     the fitted rate and the summary text. Ctrl-C raises :class:`RunInterrupted`.
@@ -509,11 +511,11 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
 POOL_MIN_SIZE = {"particles": 1000, "spectral": 64, "finite_volume": 16}
 
 
-def _workers(cfg: dict, todo: list, workers: int | None) -> int:
+def _workers(cfg: dict, todo: list, workers: int | str) -> int:
     """How many processes compute ``todo`` (see :func:`run_scenario`)."""
-    if workers is not None:
-        if int(workers) < 1:
-            raise ValueError(f"workers must be >= 1; got {workers}")
+    if workers != "auto":
+        if isinstance(workers, str) or int(workers) < 1:
+            raise ValueError(f"workers must be >= 1 or \"auto\"; got {workers!r}")
         return max(1, min(int(workers), len(todo)))
     sizes = {"particles": cfg["particles"]["n"], "spectral": cfg["spectral"]["lmax"],
              "finite_volume": cfg["finite_volume"]["n"]}
@@ -550,14 +552,15 @@ def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, total
     order = sorted(todo, key=_cost_rank)
     done: dict = {}
     pool = None
-    previous = signal.getsignal(signal.SIGINT)
     bar = tqdm(total=total, initial=reused, desc=f"spherepde run ({n_workers} processes)",
                disable=not progress, unit="run")
     try:
+        # the workers start with SIGINT ignored (kept across exec), and stay so
         try:
-            # the workers start with SIGINT ignored (kept across exec), and stay so
-            if previous is not None:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # not the main thread: no handler of ours to keep or restore
+            previous = None
+        try:
             pool = mp.get_context("spawn").Pool(n_workers, initializer=_pool_init,
                                                 initargs=(threads,))
         finally:

@@ -18,6 +18,10 @@ above), its cost and the method that produced it.
 ``semidiscrete`` (:mod:`.semidiscrete`)
     One side has few atoms: Newton on the semi-dual, then an exact repair of the points on
     Laguerre-cell boundaries; certified to round-off.
+``circle`` (:mod:`.circle`)
+    One side lies on a great circle (the dim E = 2 limit): chordal W2 reduces to a planar
+    problem between the projected points and the circle, solved by alternating angular
+    north-west couplings (above) with exact c-transforms (below) in O((n + m) log(n + m)).
 ``multiscale`` (:mod:`.multiscale`)
     ε-scaling log-domain Sinkhorn on a hierarchy of clusterings with a truncated (sparse)
     kernel, and Newton on the semi-dual (:mod:`.newton`) at the final levels of large
@@ -40,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..measures import as_point_cloud
+from . import circle as _circle
 from . import exact as _exact
 from . import multiscale as _multiscale
 from . import semidiscrete as _semidiscrete
@@ -50,7 +55,7 @@ from .result import W2Result
 __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
            "COSTS", "METHODS", "AUTO_EXACT_PAIRS"]
 
-METHODS = ("auto", "exact", "semidiscrete", "multiscale", "sinkhorn")
+METHODS = ("auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn")
 
 #: "auto" solves exactly up to this many pairs n·m (and the multiscale solver beyond): the
 #: crossover measured by benchmarks/wasserstein.py, where the network simplex and the
@@ -94,6 +99,23 @@ def _choose(n, m, cost, tol):
     return "multiscale", f"n*m = {n * m:.1e}: multiscale Sinkhorn to a bracket of width <= {tol:.0e}"
 
 
+def _circle_side(x, y, plane):
+    """Which side lies on a great circle: (source, circle side, plane basis) or None.
+
+    With ``plane`` given, the side that lies in it; otherwise a plane fitted to each side."""
+    for src, circ in ((x, y), (y, x)):
+        if plane is not None:
+            U = _circle._check_plane(plane, circ[0].shape[1])
+            off = circ[0] - (circ[0] @ U) @ U.T
+            if np.max(np.einsum("md,md->m", off, off)) <= _circle.CIRCLE_PLANE_ATOL**2:
+                return src, circ, U
+        else:
+            U = _circle.great_circle_plane(circ[0])
+            if U is not None:
+                return src, circ, U
+    return None
+
+
 def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = None,
        **options) -> W2Result:
     r"""Wasserstein-2 distance between two measures on S^{d-1}, with a certified bracket.
@@ -105,15 +127,20 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         ``to_point_cloud()``, ``(points, weights)`` pairs, (n, d) arrays.
     cost : {"chordal", "geodesic"}
         :math:`|x-y|^2` or :math:`\arccos(\langle x,y\rangle)^2`.
-    method : {"auto", "exact", "semidiscrete", "multiscale", "sinkhorn"}
+    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn"}
         "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
-        atoms, exact up to n·m = ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory allows),
-        multiscale beyond; ``details["auto"]`` says why.
+        atoms; then, for the chordal cost, circle when a side lies on a great circle (in
+        ``plane`` when given) unless tol < 1e-5 asks for the exact LP, falling back to the
+        next choice when its bracket is wider than tol; exact up to n·m =
+        ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory allows), multiscale beyond;
+        ``details["auto"]`` says why.
     tol : float, optional
         Target width ``upper - lower`` of the bracket on W2 (default 1e-3) for the multiscale
         solver; the exact solvers close it to round-off.
     **options
         exact: ``numItermax``. semidiscrete: ``gap_tol`` (certificate gap on W2^2).
+        circle: ``plane`` ((d, 2) basis of the circle's plane; also steers "auto"),
+        ``rounds`` (plan/dual alternations at most).
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
         (truncation), ``max_iter`` (per final stage), ``check_chunk`` (iterations before the
         first bracket test), ``quantize`` (largest quantization error of a side stopped at a
@@ -146,12 +173,39 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     # A clustering of nu computed once by a caller that compares many measures to the same nu
     # (w2_to_limit); only the multiscale solver uses it.
     nu_levels = options.pop("nu_levels", None)
+    plane = options.pop("plane", None)
     reason = None
+    on_circle = None
+    if method == "circle" or (method == "auto" and cost == "chordal"
+                              and min(n, m) > _semidiscrete.SEMIDISCRETE_MAX_ATOMS):
+        on_circle = _circle_side((x, a), (y, b), plane)
+        if method == "circle" and on_circle is None:
+            raise ValueError("method='circle' needs one measure on a great circle (all its "
+                             "points within 1e-9 of a plane through 0"
+                             + (", the plane given" if plane is not None else "")
+                             + "); use method='auto'")
     if method == "auto":
         method, reason = _choose(n, m, cost, tol)
+        if on_circle is not None and (tol >= MULTISCALE_MIN_TOL or method == "multiscale"):
+            fallback, why = method, reason
+            (xs, as_), (yc, bc), U = on_circle
+            # only the circle solver's own options: the others belong to the fallback
+            copts = {k: options[k] for k in ("rounds", "verbose") if k in options}
+            r = _circle.w2_circle(xs, as_, yc, bc, cost, plane=U, tol=tol, **copts)
+            reason = "one side lies on a great circle: the planar circle solver"
+            if r.upper - r.lower <= tol:
+                r.details["auto"] = reason
+                return r
+            reason += (f", whose bracket {r.upper - r.lower:.1e} > tol = {tol:.0e}; then "
+                       + why)
+            method = fallback
+            options.pop("rounds", None)
     if method == "sinkhorn":
         method = "multiscale"
-    if method == "exact":
+    if method == "circle":
+        (xs, as_), (yc, bc), U = on_circle
+        r = _circle.w2_circle(xs, as_, yc, bc, cost, plane=U, tol=tol, **options)
+    elif method == "exact":
         r = _exact.w2_exact(x, a, y, b, cost, **options)
     elif method == "semidiscrete":
         # The cost is symmetric, so the smaller side can always play the atoms.

@@ -128,8 +128,10 @@ def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", metho
     -------
     W2Curve
         ``values`` with certified ``lower`` / ``upper`` arrays. When dim E = 1 the limit is
-        two atoms (semi-discrete, exact); when dim E = 2 it is a measure on a great circle,
-        which the multiscale solver clusters once for all times.
+        two atoms (semi-discrete, exact); when dim E = 2 it is a measure on the great circle
+        of E, and the chordal cost goes to the circle solver with E's basis as its plane
+        (the geodesic cost to the multiscale solver, which clusters the limit once for all
+        times).
     """
     from . import w2
     from .multiscale import hierarchy
@@ -156,10 +158,16 @@ def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", metho
     times = np.asarray(obj.times, dtype=np.float64)
     results = []
     levels = None
+    # dim E = 2: the limit lies on the great circle of E, known here without fitting a plane.
+    U = model.dominant_subspace()
+    circle = (U.shape[1] == 2 and cost == "chordal" and method in ("auto", "circle")
+              and "plane" not in options)
     for i in range(len(times)):
         mu = obj.measure(i)
         opts = dict(options)
-        if method in ("auto", "multiscale", "sinkhorn") and limit.n > 64 and \
+        if circle:
+            opts["plane"] = U
+        elif method in ("auto", "multiscale", "sinkhorn") and limit.n > 64 and \
                 mu.n * limit.n > _auto_exact_pairs() and "nu_levels" not in opts:
             # The limit side's clustering is the same at every time: build it once.
             if levels is None:
