@@ -87,7 +87,7 @@ COST_TERM = 0.1
 #: Nodes that the search for a lower bound of each query's log s may visit.
 LOWER_BOUND_VISITS = 24
 #: Pairs whose index set S+ would be larger are split rather than expanded.
-MAX_SET = 128
+MAX_SET = 256
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
 MAX_TERMS = 4096
 #: Atoms or queries per block of the expansion's vectorized loops.
