@@ -77,7 +77,7 @@ def test_index_set_meets_its_bound(u):
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2,) * 3, -1, np.int32)
     nbr = np.empty((MAX_TERMS, 3), np.int64)
-    ns, nt, maxd = _prepare(np.array(u), eps, alpha, lookup, nbr)
+    ns, nt, maxd = _prepare(np.array(u), eps, alpha, lookup, nbr, 1)
     assert (lookup == -1).all()  # reset for the next pair
     if ns < 0:
         # declined (S+ would exceed MAX_TERMS rows, the pair is split instead): allowed where
