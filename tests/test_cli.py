@@ -169,3 +169,4 @@ def test_info_lists_versions_and_backends(capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "spherepde" in out and "SHT" in out and "numba threads" in out and "results go to" in out
+    assert "numba vectors" in out

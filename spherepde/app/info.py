@@ -49,6 +49,10 @@ def environment() -> dict:
     numba = mods.get("numba")
     if numba is not None:
         out["numba_threads"] = f"{numba.get_num_threads()} (NUMBA_NUM_THREADS to change)"
+        features = numba.config.CPU_FEATURES or ""
+        out["numba_vectors"] = ("512-bit (AVX-512; SPHEREPDE_NUMBA_WIDE=0 for LLVM's 256-bit "
+                                "default)" if features.endswith("-prefer-256-bit") else
+                                "LLVM's default for this CPU")
     torch = mods.get("torch")
     if torch is not None:
         cuda = torch.cuda.is_available()
@@ -72,6 +76,7 @@ def info_text() -> str:
               f"  SHT (S^2 spectral solver): {', '.join(env['sht_backends']) or 'none'}"]
     if "numba_threads" in env:
         lines.append(f"  numba threads: {env['numba_threads']}")
+        lines.append(f"  numba vectors: {env['numba_vectors']}")
     lines.append(f"  torch / CUDA: {env.get('torch_cuda', 'torch not installed')}")
     lines.append(f"  MP4 animations: {env['mp4_animations']}")
     lines += ["", "results go to (default; --out or [output] dir / [sweep] out to change):"]
