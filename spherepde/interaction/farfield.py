@@ -57,9 +57,13 @@ the same guarantee as the exact cap sums of :mod:`spherepde.interaction.caps`. S
 carried as :math:`(e^{T_i}, s_i e^{-T_i}, a_i e^{-T_i})` with a running log-shift
 :math:`T_i` (the online softmax), since the pairs' scales differ by hundreds in the exponent.
 
-Cost. A pair is expanded when :math:`\max_k u_k \le` :data:`U_MAX` and the expansion is
-cheaper than the direct sum; otherwise the larger node is split. For two clusters of radius
-r the cost is about :math:`N\,|S|\,(1 + \beta r^2/U_{\max})` instead of :math:`N^2/2`.
+Cost. A pair is expanded when :math:`\max_k u_k \le` :data:`U_MAX`, its set
+:math:`S \cup (S + e_k)` has at most :data:`MAX_SET` rows and the expansion is cheaper than
+the direct sum; otherwise it is summed directly (leaves, small pairs) or the node with more
+points is split. For two clusters of radius r the cost is about
+:math:`N\,|S|\,(1 + \beta r^2/U_{\max})` instead of :math:`N^2/2`; tails along a curve cost
+more (every piece of a query curve meets every piece of the atom curve inside its kernel's
+cap). Measured in docs/methods.md.
 """
 from __future__ import annotations
 
@@ -87,7 +91,7 @@ COST_TERM = 0.1
 #: Nodes that the search for a lower bound of each query's log s may visit.
 LOWER_BOUND_VISITS = 24
 #: Pairs whose index set S+ would be larger are split rather than expanded.
-MAX_SET = 128
+MAX_SET = 256
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
 MAX_TERMS = 4096
 #: Atoms or queries per block of the expansion's vectorized loops.
