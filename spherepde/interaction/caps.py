@@ -337,8 +337,8 @@ class CapSums:
     >>> y = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     >>> caps = CapSums(y, np.array([0.5, 0.5]))
     >>> s, a, shift, count = caps.sums(np.array([[0.0, 0.0, 1.0]]), np.array([100.0]), 1e-12)
-    >>> (a / s[:, None]).round(12), count  # the atom at e_1 is e^-100 below: outside the cap
-    (array([[0., 0., 1.]]), array([1]))
+    >>> (a / s[:, None]).round(12), count  # e_1 weighs e^-100 relative: no trace in a / s
+    (array([[0., 0., 1.]]), array([2]))
     """
 
     def __init__(self, points, weights):

@@ -270,12 +270,12 @@ class HarmonicField:
     >>> from spherepde.interaction.harmonic import HarmonicField
     >>> field = HarmonicField(np.eye(3), np.eye(3), beta=16.0)
     >>> field.degree
-    40
+    36
     >>> y = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     >>> mom = field.moments(y, np.array([0.5, 0.5]))
-    >>> field.attention(y, mom).round(6)
-    array([[1.000000e-06, 0.000000e+00, 9.999989e-01],
-           [9.999989e-01, 0.000000e+00, 1.000000e-06]])
+    >>> out = field.attention(y, mom)  # SA: e^-16/(1 + e^-16) = 1.125e-07 towards the other
+    >>> bool(abs(out[0, 0] - np.exp(-16) / (1 + np.exp(-16))) < 1e-12), float(out[0, 2].round(6))
+    (True, 1.0)
     """
 
     def __init__(self, B, V, beta: float, normalized: bool = True, *, tol: float = DEFAULT_TOL,
