@@ -38,3 +38,6 @@ if [ -f /usr/include/fftw3.h ]; then
     || echo "setup: shtns did not build; spherepde falls back to ducc0"
 fi
 .venv/bin/python -c "import spherepde, spherepde.transforms.sht as b; print('spherepde', spherepde.__version__, 'installed; SHT backends:', ', '.join(b.available_backends()))"
+# numba compiles each kernel at its first call and caches it on disk: do it once here (about a
+# minute on 2 cores) rather than inside the first `spherepde run`
+.venv/bin/python -m spherepde.app.warmup
