@@ -17,8 +17,8 @@ Every finished (scenario, solver, beta, resolution) piece is saved atomically un
 recomputes); each records its wall and CPU seconds.
 
 Run:
-    .venv/bin/python validation/low_temperature.py --quick    # goal: < 10 minutes on 2 cores
-    .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens (about 15 minutes)
+    .venv/bin/python validation/low_temperature.py --quick    # < 10 minutes on 2 cores (149 s measured)
+    .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens (about 6 minutes)
     .venv/bin/python validation/low_temperature.py            # the full study (hours)
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Plan:
 QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
              particles=[1000, 4000], finite_volume=[8, 16], spectral=[32, 64],
              e2_betas=[16.0, math.inf], fv_betas=[16.0, math.inf], e2_fv_betas=[math.inf])
-#: --medium: four times the tokens and 1.5x the cells of --quick (about 15 minutes on 2 cores).
+#: --medium: four times the tokens and 1.5x the cells of --quick (about 6 minutes on 2 cores: 330 s measured).
 MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
               particles=[2000, 8000], finite_volume=[12, 24], spectral=[32, 64],
               e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf],
@@ -531,7 +531,7 @@ def main(argv=None):
     scale = ap.add_mutually_exclusive_group()
     scale.add_argument("--quick", action="store_true", help="small resolutions (< 10 min, 2 cores)")
     scale.add_argument("--medium", action="store_true",
-                       help="4x the tokens of --quick, 1.5x the cells (about 15 minutes)")
+                       help="4x the tokens of --quick, 1.5x the cells (about 6 minutes)")
     ap.add_argument("--fresh", action="store_true", help="recompute every piece")
     ap.add_argument("--workers", type=int, default=None,
                     help="processes computing pieces side by side (default: one per core)")
