@@ -17,7 +17,7 @@ Every finished (scenario, solver, beta, resolution) piece is saved atomically un
 recomputes); each records its wall and CPU seconds.
 
 Run:
-    .venv/bin/python validation/low_temperature.py --quick    # < 10 minutes on 2 cores (149 s measured)
+    .venv/bin/python validation/low_temperature.py --quick    # 149 s measured on 2 cores
     .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens (about 6 minutes)
     .venv/bin/python validation/low_temperature.py            # the full study (hours)
 """
@@ -84,7 +84,7 @@ class Plan:
 QUICK = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
              particles=[1000, 4000], finite_volume=[8, 16], spectral=[32, 64],
              e2_betas=[16.0, math.inf], fv_betas=[16.0, math.inf], e2_fv_betas=[math.inf])
-#: --medium: four times the tokens and 1.5x the cells of --quick (about 6 minutes on 2 cores: 330 s measured).
+#: --medium: four times the tokens and 1.5x the cells of --quick (330 s measured on 2 cores).
 MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
               particles=[2000, 8000], finite_volume=[12, 24], spectral=[32, 64],
               e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf],
