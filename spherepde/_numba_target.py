@@ -5,7 +5,8 @@ vectorizes loops with 256-bit registers only, to avoid the clock drop that 512-b
 instructions once caused. For this project's kernels, which are arithmetic-bound (the fused
 attention kernel evaluates a degree-13 polynomial per pair), 512-bit registers are worth
 more than that drop: measured on a 2-core Xeon (Emerald Rapids), the fused kernel does
-8.2e8 instead of 4.3e8 pairs/s per thread (``benchmarks/particles.py --vector-width``).
+8.6-9.1e8 instead of 5.2-5.8e8 pairs/s on one thread (``benchmarks/particles.py
+--vector-width``), but only 1.05-1.3x more with both cores busy.
 
 numba takes its target features from ``NUMBA_CPU_FEATURES`` when it builds its target
 machine, i.e. at the first ``@njit`` anywhere in the process, and they are part of its cache

@@ -551,10 +551,9 @@ def main(argv=None):
     missing = []
     if not args.report_only:
         compute_pieces(plan, store, args.fresh, only_betas=only, workers=args.workers)
-    # everything the plan computes is saved by now: collect reads it (fresh only at --fresh
-    # time, which compute_pieces has just honoured)
-    curves = collect(plan, store, False, compute=not args.report_only, missing=missing,
-                     only_betas=only)
+    # every piece this invocation computes is saved by now: collect only reads, and lists the
+    # pieces left out (--report-only, --only-betas) as missing
+    curves = collect(plan, store, compute=False, missing=missing)
     fig, text = report(plan, curves, time.perf_counter() - t0, mode)
     if missing:
         text = (f"**Partial:** {len(missing)} pieces of the `{mode}` plan were not computed "

@@ -18,7 +18,6 @@ row spans more than two decades; the colour bar carries the units (per steradian
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import matplotlib

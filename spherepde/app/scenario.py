@@ -458,7 +458,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         raise OutputError(f"cannot write into {out}: {exc.strerror}; give a writable --out "
                           "(or [output] dir)") from None
     tasks = tasks_of(cfg)
-    runs: list[Run] = []
+    done: dict = {}  # task key -> Run computed by this call
     reused = 0
     try:
         io.remove_partial(out)
@@ -472,16 +472,15 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         todo = [t for t in tasks if saved[t.key] is None]
         n_workers = _workers(cfg, todo, workers)
         if n_workers > 1:
-            done = _run_in_pool(todo, n_workers, folder, progress, len(tasks), reused)
+            _run_in_pool(todo, n_workers, folder, progress, done, len(tasks), reused)
         else:
-            done = {}
             bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
             for task in bar:
                 bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
                 if saved[task.key] is None:
-                    done[task.key] = _run_with_bar(task, progress)
-                    done[task.key].save(folder / task.filename)
-                runs.append(saved[task.key] or done[task.key])  # runs: the count if stopped
+                    run = _run_with_bar(task, progress)
+                    run.save(folder / task.filename)
+                    done[task.key] = run
         runs = [saved[t.key] or done[t.key] for t in tasks]
 
         mu0 = build_initial(cfg)
@@ -498,9 +497,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
                                  spectral_note, figures)
         (out / IN_PROGRESS).unlink()
-    except KeyboardInterrupt as exc:
-        finished = exc.finished if isinstance(exc, RunInterrupted) else len(runs)
-        raise RunInterrupted(finished, len(tasks), folder) from None
+    except KeyboardInterrupt:
+        raise RunInterrupted(reused + len(done), len(tasks), folder) from None
     finally:
         lock.__exit__(None, None, None)
     return {"out": out, "runs": runs, "reused": reused, "rate": rate, "summary": summary}
@@ -537,12 +535,12 @@ def _pool_init(threads: int) -> None:
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
 
 
-def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, total: int,
-                 reused: int) -> dict:
+def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, done: dict,
+                 total: int, reused: int) -> None:
     """Compute ``todo`` in ``n_workers`` processes (longest first); each finished run is saved
-    by this process as it arrives. Returns {task key: Run}. Ctrl-C (SIGINT to this process)
-    stops the workers and raises :class:`RunInterrupted` with the number finished; the workers
-    ignore SIGINT themselves, so a Ctrl-C at the terminal reaches this process only."""
+    by this process as it arrives and put into ``done`` (task key -> Run). Ctrl-C (SIGINT to
+    this process) stops the workers and propagates; the workers ignore SIGINT themselves, so a
+    Ctrl-C at the terminal reaches this process only."""
     import multiprocessing as mp
     import signal
 
@@ -550,7 +548,7 @@ def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, total
 
     threads = max(1, (os.cpu_count() or 1) // n_workers)
     order = sorted(todo, key=_cost_rank)
-    done: dict = {}
+    by_key = {t.key: t for t in order}
     pool = None
     bar = tqdm(total=total, initial=reused, desc=f"spherepde run ({n_workers} processes)",
                disable=not progress, unit="run")
@@ -567,20 +565,17 @@ def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, total
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         for run in pool.imap_unordered(run_one, order):
-            task = next(t for t in order if t.key == run.key)
+            task = by_key[run.key]
             run.save(folder / task.filename)
             done[run.key] = run
             bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
             bar.update(1)
         pool.close()
-    except KeyboardInterrupt:
-        raise RunInterrupted(reused + len(done), total, folder) from None
     finally:
         bar.close()
         if pool is not None:
             pool.terminate()
             pool.join()
-    return done
 
 
 def _run_with_bar(task: Task, progress: bool) -> Run:

@@ -101,7 +101,7 @@ QUADRATIC_EDGE_WEIGHT = 0.1
 #: |V|_2 (CellHarmonic): below the O(h^2) error of the cell measure's own field (measured
 #: 0.017 h^2 in the default scenario: 3e-4 at n = 16, 1.2e-6 at n = 256 by that law), and
 #: loose enough that only edge points in regions of exponentially small kernel mass need
-#: exact cap sums (docs/methods.md, "Finite volumes on S^2").
+#: the exact fallback sums (docs/methods.md, "Finite volumes on S^2").
 VELOCITY_TOL = 1e-7
 #: path="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
 #: n = 24 on one core) and the harmonic field beyond.
