@@ -12,7 +12,9 @@ import numpy as np
 from scipy import integrate, special, stats
 
 from .sphere import (
+    CircleGrid,
     as_points,
+    fibonacci_lattice,
     hemisphere_quadrature,
     log_sphere_area,
     normalize,
@@ -195,6 +197,34 @@ class Measure:
         """A sample of n equally weighted points (seeded, reproducible)."""
         return PointCloud(self.sample(n, seed))
 
+    def lattice(self, n: int) -> PointCloud:
+        r"""A deterministic n-point discretisation: the measure on a low-discrepancy lattice.
+
+        On S^2 the points are the spherical Fibonacci lattice (:func:`fibonacci_lattice`), on
+        S^1 the equispaced grid; each point carries the mass density(x_i) |S|/n, normalised.
+        Measures with a known inverse distribution function override this with an
+        equal-weight lattice that is dense where the mass is (:class:`VonMisesFisher`).
+
+        Why: a particle run started from a random sample carries a sampling error of order
+        n^{-1/2} that the dynamics amplify; from a lattice the initial error is that of a
+        quadrature rule, so runs at n and 4n agree far more closely (the low-temperature
+        study measures both). Available on S^1 and S^2.
+        """
+        n = _check_n(n)
+        if self.d == 3:
+            x = fibonacci_lattice(n)
+        elif self.d == 2:
+            x = CircleGrid(n).points
+        else:
+            raise NotImplementedError(
+                f"lattices are built on S^1 and S^2 (d = 2, 3); got d = {self.d}. "
+                "Draw a random sample with sample(n, seed) instead.")
+        w = np.asarray(self.density(x), dtype=np.float64)
+        if not np.all(np.isfinite(w)) or w.sum() <= 0:
+            raise ValueError(f"{self!r}: the density vanishes or is not finite on the {n}-point "
+                             "lattice; use more points or sample(n, seed)")
+        return PointCloud(x, w / w.sum())
+
 
 def _unit(v, d, name):
     v = np.asarray(v, dtype=np.float64)
@@ -237,6 +267,13 @@ class Uniform(Measure):
     def hemisphere_mass(self, e) -> float:
         _unit(e, self.d, "e")
         return 0.5
+
+    def lattice(self, n: int) -> PointCloud:
+        """The Fibonacci lattice (S^2) or the equispaced grid (S^1), equal weights."""
+        if self.d not in (2, 3):
+            return super().lattice(n)  # the error for d > 3
+        n = _check_n(n)
+        return PointCloud(fibonacci_lattice(n) if self.d == 3 else CircleGrid(n).points)
 
     def __repr__(self) -> str:
         return f"Uniform(d={self.d})"
@@ -291,6 +328,27 @@ class VonMisesFisher(Measure):
         v -= (v @ self.mean)[:, None] * self.mean
         v = normalize(v)
         return normalize(w[:, None] * self.mean + np.sqrt(np.clip(1 - w**2, 0, None))[:, None] * v)
+
+    def lattice(self, n: int) -> PointCloud:
+        r"""n equally weighted points on S^2: the Fibonacci lattice about the mean direction
+        with its heights u -> w mapped through the inverse distribution function of
+        w = <mu, x>, :math:`w = 1 + \log(u + (1-u)e^{-2\kappa})/\kappa`. That map carries
+        the uniform measure to this one, so the lattice keeps its low discrepancy and is
+        dense where the mass is. Other dimensions: :meth:`Measure.lattice`.
+
+        Examples
+        --------
+        >>> cloud = VonMisesFisher([0, 0, 1], 4.0).lattice(2000)
+        >>> bool(abs(cloud.points[:, 2].mean() - (1 / np.tanh(4.0) - 1 / 4.0)) < 1e-5)
+        True
+        """
+        if self.d != 3 or self.kappa == 0:
+            return super().lattice(n)
+        n = _check_n(n)
+        k = self.kappa
+        # the heights in decreasing order, as fibonacci_lattice's default z = 1 - 2u
+        heights = lambda u: 1.0 + np.log((1.0 - u) + u * np.exp(-2.0 * k)) / k
+        return PointCloud(fibonacci_lattice(n, axis=self.mean, cosines=heights))
 
     def _sample_cosine(self, n, rng) -> np.ndarray:
         """Samples of w = <mu, x>; exact inversion on S^2, Wood's (1994) rejection otherwise."""
@@ -414,6 +472,26 @@ class Mixture(Measure):
 
     def hemisphere_mass(self, e) -> float:
         return float(sum(p * c.hemisphere_mass(e) for p, c in zip(self.weights, self.components)))
+
+    def lattice(self, n: int) -> PointCloud:
+        """Each component's lattice with n_k ~ p_k n points (largest remainders, so the n_k
+        sum to n), its points weighted p_k / n_k: the mixture of the components' rules."""
+        n = _check_n(n)
+        live = np.flatnonzero(self.weights > 0)
+        if n < live.size:
+            raise ValueError(f"a lattice of this mixture needs n >= {live.size} points (one per "
+                             f"component of positive weight); got {n}")
+        p = self.weights[live]
+        counts = np.maximum(np.floor(p * n).astype(int), 1)
+        while counts.sum() > n:  # the max(., 1) overshot: take back from the largest
+            counts[np.argmax(counts)] -= 1
+        rest = p * n - counts
+        for i in np.argsort(-rest)[: n - counts.sum()]:
+            counts[i] += 1
+        clouds = [self.components[k].lattice(int(m)) for k, m in zip(live, counts)]
+        pts = np.concatenate([c.points for c in clouds])
+        w = np.concatenate([q * c.weights for q, c in zip(p, clouds)])
+        return PointCloud(pts, w / w.sum())
 
     def __repr__(self) -> str:
         return f"Mixture({len(self.components)} components, d={self.d})"

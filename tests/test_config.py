@@ -53,6 +53,10 @@ def test_user_file_overrides(tmp_path):
          r"finite_volume.enabled = true needs model.matrices = \"rotation\""),
         ({"convergence": {"fraction": 0.0}}, r"convergence.fraction must be > 0"),
         ({"particles": {"n": 5}}, r"particles.n must be >= 8"),
+        ({"particles": {"init": "grid"}}, r"particles.init must be one of 'auto', 'lattice'"),
+        ({"particles": {"init": "lattice"}, "model": {"matrices": "identity", "d": 4},
+          "initial": {"kind": "uniform"}, "spectral": {"enabled": False}},
+         r"particles.init = \"lattice\" exists on S\^1 and S\^2"),
     ],
 )
 def test_invalid_scenarios_name_the_key(user, match):

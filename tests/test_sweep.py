@@ -7,10 +7,11 @@ pytest.importorskip("distributed")
 from spherepde import io  # noqa: E402
 from spherepde.app.config import validate_config  # noqa: E402
 from spherepde.app.scenario import Task, run_one  # noqa: E402
-from spherepde.app.sweep import load_sweep, run_sweep  # noqa: E402
+from spherepde.app.sweep import SweepError, load_sweep, run_sweep  # noqa: E402
 
 #: A scenario small enough that a task takes well under a second.
-BASE = {"run": {"t_end": 1.0, "n_times": 5}, "particles": {"n": 24, "rtol": 1e-5},
+BASE = {"run": {"t_end": 1.0, "n_times": 5},
+        "particles": {"n": 24, "rtol": 1e-5, "init": "sample"},  # the seed axis draws samples
         "spectral": {"enabled": False}}
 
 
@@ -74,6 +75,14 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
     assert "USA" in cell["error"].item() or "normalized" in cell["error"].item()
     assert (ds["status"].values == "done").sum() == 3
     assert np.isfinite(ds["min_w2"].values).sum() == 3
+
+
+def test_seed_axis_needs_random_tokens(tmp_path):
+    # from a lattice every seed would give the same run: a seed axis is refused, saying why
+    base = {**BASE, "particles": {"n": 24, "init": "auto"}}
+    with pytest.raises(SweepError, match="particles.init"):
+        load_sweep({"sweep": {"solver": "particles"}, "base": base,
+                    "axes": {"particles.seed": [0, 1]}}, out=tmp_path)
 
 
 def test_invalid_sweep_file_names_the_key(tmp_path, capsys):

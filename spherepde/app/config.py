@@ -30,7 +30,10 @@ names the key and what it accepts.
 
     [particles]
     n = 4000                         # number of tokens
-    seed = 0
+    init = "auto"                    # "lattice": rho_0 on a Fibonacci lattice (S^2; S^1 a
+                                     # grid), "sample": a random sample (seed), "auto": lattice
+                                     # where d <= 3, sample otherwise
+    seed = 0                         # of the random sample
     rtol = 1e-5                      # tolerance of the adaptive Dormand–Prince pair
 
     [spectral]
@@ -85,7 +88,7 @@ DEFAULT = {
     "run": {"betas": [4.0, 16.0, 64.0, 256.0, "inf"], "t_end": 8.0, "n_times": 41},
     # rtol 1e-5: the W2 curves differ from rtol 1e-6 by <= 6.3e-6 (beta = 64, 256; N = 4000),
     # 2000 times below the convergence check's threshold, for 30% fewer steps
-    "particles": {"n": 4000, "seed": 0, "rtol": 1e-5},
+    "particles": {"n": 4000, "init": "auto", "seed": 0, "rtol": 1e-5},
     "spectral": {"enabled": True, "lmax": 128, "t_end": 3.0},
     "finite_volume": {"enabled": True, "n": 16, "betas": [256.0, "inf"]},
     "convergence": {"check": True, "fraction": 0.05},
@@ -93,6 +96,8 @@ DEFAULT = {
 }
 
 _INITIAL_KINDS = ("uniform", "vmf", "bimodal")
+#: How the tokens start: rho_0's lattice, a random sample, or the lattice where there is one.
+PARTICLE_INITS = ("auto", "lattice", "sample")
 #: The keys each initial kind reads; the others are left out of the written scenario.
 INITIAL_KEYS = {"uniform": (), "vmf": ("mean", "kappa"), "bimodal": ("mean", "kappa", "mean2", "weights")}
 #: Bounds that keep every valid scenario a run of bounded cost: |eigenvalue| sets the speed,
@@ -243,6 +248,12 @@ def validate_config(user: dict | None) -> dict:
     p = cfg["particles"]
     p["n"] = _number("particles.n", p["n"], lo=2, hi=10**7, integer=True)
     p["seed"] = _number("particles.seed", p["seed"], lo=0, integer=True)
+    if p["init"] not in PARTICLE_INITS:
+        raise ConfigError(f"particles.init must be one of {', '.join(map(repr, PARTICLE_INITS))}; "
+                          f"got {p['init']!r}")
+    if p["init"] == "lattice" and m["d"] > 3:
+        raise ConfigError(f"particles.init = \"lattice\" exists on S^1 and S^2 (model.d <= 3); "
+                          f"got model.d = {m['d']}: use \"sample\" or \"auto\"")
     p["rtol"] = _number("particles.rtol", p["rtol"], lo=1e-13, hi=1e-2)
 
     s = cfg["spectral"]

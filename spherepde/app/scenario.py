@@ -81,6 +81,16 @@ def build_initial(cfg: dict):
                     VonMisesFisher(_unit(ini["mean2"]), ini["kappa"])], list(ini["weights"]))
 
 
+def initial_tokens(cfg: dict, mu0, n: int, coarse: bool = False) -> PointCloud:
+    """The n tokens a particle run starts from (``particles.init``): rho_0 on its lattice
+    (S^1, S^2), or a random sample. The coarse run of the convergence check draws its own
+    sample (seed + 1), so the check sees the sampling error of both runs."""
+    p = cfg["particles"]
+    if p["init"] == "lattice" or (p["init"] == "auto" and mu0.d <= 3):
+        return mu0.lattice(n)
+    return PointCloud(mu0.sample(n, seed=p["seed"] + int(coarse)))
+
+
 @dataclass(frozen=True)
 class Task:
     """One unit of work of a scenario: a solver at one inverse temperature.
@@ -282,14 +292,12 @@ def run_one(task: Task, progress=None) -> Run:
     t0 = time.perf_counter()
     if task.solver == "particles":
         p = cfg["particles"]
-        # the coarse run draws its own tokens: the difference of the two curves then carries
-        # the sampling error of both, which is the error the check is there to see
-        x0 = mu0.sample(res, seed=p["seed"] + int(coarse))
-        # Against Pi#mu^N_0 (the empirical half-sphere masses), not Pi#rho_0: the O(N^-1/2)
-        # mass mismatch would otherwise put a floor under the curve.
-        distance = _distance_to_limit(cfg, PointCloud(x0), w2)
+        cloud = initial_tokens(cfg, mu0, res, coarse)
+        # Against Pi#mu^N_0 (the tokens' own half-sphere masses), not Pi#rho_0: a random
+        # sample's O(N^-1/2) mass mismatch would otherwise put a floor under the curve.
+        distance = _distance_to_limit(cfg, cloud, w2)
         traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(
-            x0, times, progress=progress)
+            cloud, times, progress=progress)
         vals = np.array([distance(traj.measure(i)) for i in range(len(times))])
         if coarse:  # the coarse run serves the check only: no snapshots
             return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
@@ -487,9 +495,9 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         ref = reference_model(cfg)
         report = ref.check_assumptions()
         p = cfg["particles"]
-        x0 = mu0.sample(p["n"], seed=p["seed"])
+        x0 = initial_tokens(cfg, mu0, p["n"]).points
         limit = ref.limit_measure(mu0)
-        limit_particles = ref.limit_measure(PointCloud(x0))
+        limit_particles = ref.limit_measure(initial_tokens(cfg, mu0, p["n"]))
         e = ref.dominant_subspace()[:, 0]
         rate = _fit_zero_temperature_rate(runs, report)
         spectral_note = None if cfg["spectral"]["enabled"] else \

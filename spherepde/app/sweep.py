@@ -183,6 +183,11 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
             _fail(f"axis {key!r} repeats a value: {values!r}")
     # several β in the base scenario and no β axis: β becomes an axis (one β per task)
     merged = validate_config(base)
+    init = axes.get("particles.init", [merged["particles"]["init"]])
+    if "particles.seed" in axes and any(i != "sample" for i in init):
+        _fail("axis 'particles.seed': the seed draws the random sample of particles.init = "
+              "\"sample\", but the tokens start from a lattice here (particles.init = "
+              f"{init!r}); put init = \"sample\" under [base.particles]")
     if "run.betas" not in axes and len(merged["run"]["betas"]) > 1:
         axes = {"run.betas": list(base.get("run", {}).get("betas", merged["run"]["betas"])),
                 **axes}

@@ -32,6 +32,7 @@ __all__ = [
     "integrate_s2",
     "CircleGrid",
     "hemisphere_quadrature",
+    "fibonacci_lattice",
     "log_sphere_area",
 ]
 
@@ -213,6 +214,49 @@ class CircleGrid:
 
     def __repr__(self) -> str:
         return f"CircleGrid(n={self.n})"
+
+
+def fibonacci_lattice(n: int, axis=None, cosines=None) -> np.ndarray:
+    r"""The spherical Fibonacci lattice: n points of S^2, each owning area 4 pi/n.
+
+    Point i sits at height :math:`z_i = 1 - 2 u_i`, :math:`u_i = (i + 1/2)/n`, along ``axis``
+    (default +z) and at longitude :math:`2\pi i/\varphi^2` (the golden angle). The map
+    (u, phi) -> x preserves area, so the Fibonacci lattice of the unit square becomes a
+    low-discrepancy set on the sphere: its equal-weight rule integrates smooth functions with
+    an error that falls much faster than the n^{-1/2} of random points (Marques et al. 2013).
+
+    Parameters
+    ----------
+    n : int >= 1
+    axis : array_like (3,), optional
+        The lattice's polar axis.
+    cosines : callable, optional
+        Maps the n values u_i in (0, 1) to the heights <x, axis> in [-1, 1] (default
+        z = 1 - 2u). A measure whose law of <x, axis> has the inverse distribution function
+        G(1 - u) puts its lattice here: equal weights, points dense where the mass is.
+
+    Returns
+    -------
+    (n, 3) unit vectors.
+
+    Examples
+    --------
+    >>> x = fibonacci_lattice(1000)
+    >>> x.shape, bool(abs(x[:, 2].mean()) < 1e-12)
+    ((1000, 3), True)
+    """
+    if int(n) != n or n < 1:
+        raise ValueError(f"a Fibonacci lattice needs n >= 1 points; got {n!r}")
+    n = int(n)
+    u = (np.arange(n) + 0.5) / n
+    z = 1.0 - 2.0 * u if cosines is None else np.clip(np.asarray(cosines(u), float), -1.0, 1.0)
+    phi = 2.0 * np.pi * ((np.arange(n) * (2.0 - 0.5 * (1.0 + math.sqrt(5.0)))) % 1.0)
+    s = np.sqrt(np.clip(1.0 - z * z, 0.0, None))
+    local = np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=-1)
+    if axis is None:
+        return local
+    R = rotation_to_pole(np.asarray(axis, dtype=np.float64))  # R axis = e_3, R = R^T
+    return normalize(local @ R)
 
 
 def rotation_to_pole(e: np.ndarray) -> np.ndarray:
