@@ -339,10 +339,12 @@ def test_newton_converges_the_column_marginals_quadratically():
     S = W_multiscale._support(X, Y, u, v, eps, W_multiscale.THETA, False)
     W_multiscale._sinkhorn(S, X, Y, u, v, eps, 1e-2, 20)
     it, err, _ = W_multiscale._solve_stage(S, X, Y, u, v, eps, 1e-12, 15)
-    P = W_multiscale._plan_rows(S.indptr, S.cols, S.cost, u, v, eps)
+    indptr, cols, cost = S.by("x")
+    P = W_multiscale._plan_rows(indptr, cols, cost, u, v, eps)
+    rows = np.repeat(np.arange(X.n), np.diff(indptr))
     assert err <= 1e-12 and it <= 5
-    assert np.abs(np.bincount(S.cols, weights=P, minlength=Y.n) - Y.weights).sum() <= 1e-12
-    assert np.abs(np.bincount(S.rows, weights=P, minlength=X.n) - X.weights).max() <= 1e-14
+    assert np.abs(np.bincount(cols, weights=P, minlength=Y.n) - Y.weights).sum() <= 1e-12
+    assert np.abs(np.bincount(rows, weights=P, minlength=X.n) - X.weights).max() <= 1e-14
 
 
 def test_pruning_negligible_mass_keeps_a_true_bracket():

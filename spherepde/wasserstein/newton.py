@@ -14,8 +14,15 @@ potential from its neighbours, so a mass imbalance at the scale L of the problem
 ~(L/ℓ)² sweeps when the plan links columns at distance ℓ ~ √ε. That is what stalls the
 multiscale solver between a cloud of 10⁶ tokens and a fine mesh (the marginal error left at
 small ε is a large-scale imbalance). Newton solves the whole linear system instead, by
-conjugate gradients preconditioned with Jacobi plus an exact coarse correction on
-aggregates of columns (two-level additive Schwarz), so its cost does not grow with L/ℓ.
+conjugate gradients on the exact M (matrix-free: two passes over the support) preconditioned
+by algebraic multigrid on a sparsified M (the Laplacian of the plan's strong entries), or,
+for small systems, by Jacobi plus an exact coarse correction on aggregates of columns
+(two-level additive Schwarz), so its cost does not grow with L/ℓ.
+
+Everything works on the support in one layout, grouped by rows (CSR: indptr, column index,
+cost): column sums are scattered from it, so no column layout (and no map between the two)
+is ever stored. Memory: the support (12 bytes a pair with 32-bit indices), the plan (8), and
+the sparsified Laplacian with its multigrid hierarchy.
 
 References
 ----------
@@ -23,9 +30,12 @@ Brauer, Clason, Lorenz & Wirth, "A Sinkhorn–Newton method for entropic optimal
 (2017). Mérigot, "A multiscale approach to optimal transport" (2011) and Kitagawa, Mérigot &
 Thibert, "Convergence of a Newton algorithm for semi-discrete optimal transport", JEMS (2019):
 damped Newton on the semi-dual. Toselli & Widlund, "Domain Decomposition Methods" (2005), ch. 3
-(two-level additive Schwarz with an aggregation coarse space).
+(two-level additive Schwarz with an aggregation coarse space). Ruge & Stüben, "Algebraic
+multigrid" (1987), in Multigrid Methods, SIAM.
 """
 from __future__ import annotations
+
+import time
 
 import numba as nb
 import numpy as np
@@ -33,15 +43,21 @@ import scipy.sparse as sps
 from scipy.sparse.linalg import LinearOperator, cg, splu
 from scipy.spatial import cKDTree
 
-__all__ = ["newton_columns", "softmin_row"]
+__all__ = ["newton_columns", "softmin_row", "scatter_sum"]
 
 #: Columns per aggregate of the coarse space: the coarse problem has n/AGGREGATE unknowns.
 AGGREGATE = 32
-#: From this many columns the Hessian is assembled and preconditioned by algebraic multigrid
-#: (pyamg, classical Ruge–Stüben: M is a weighted graph Laplacian, an M-matrix, whose weights
-#: span many decades where the masses do; the two-level aggregation preconditioner needs
-#: hundreds of CG iterations there). Below, the matrix-free two-level one is cheaper.
+#: From this many columns the preconditioner is algebraic multigrid (pyamg, classical
+#: Ruge–Stüben: M is a weighted graph Laplacian, an M-matrix, whose weights span many decades
+#: where the masses do; the two-level aggregation preconditioner needs hundreds of CG
+#: iterations there). Below, the matrix-free two-level one is cheaper.
 AMG_MIN_COLUMNS = 20000
+#: The multigrid hierarchy is built on the Laplacian of the plan's entries of at least this
+#: fraction of their row's mass (the others link columns far apart with weights below it):
+#: at eps = 6e-5 between 1e5 tokens and the 393,216-cell mesh that keeps ~1/3 of a row's
+#: entries and ~1/8 of the Laplacian's, and costs one or two CG iterations per Newton step
+#: (CG itself runs on the exact M).
+SPARSIFY = 1e-2
 #: Levenberg–Marquardt shift of the Hessian, relative to the column masses.
 LM_SHIFT = 1e-6
 #: Largest change of a potential in one Newton step, in units of eps: the plan changes by
@@ -68,19 +84,101 @@ def softmin_row(lo, hi, idx, other, cost, eps):
 
 
 @nb.njit(parallel=True, cache=True)
-def _row_softmin(indptr, idx, cost, v, la, eps, u):
-    """u_i <- eps log a_i - eps LSE_j((v_j - c_ij)/eps): exact row marginals."""
+def _scatter_sum(indptr, idx, P, z, square, m, chunks):
     n = indptr.size - 1
-    for i in nb.prange(n):
-        u[i] = eps * la[i] + softmin_row(indptr[i], indptr[i + 1], idx, v, cost, eps)
+    acc = np.zeros((chunks, m))
+    for c in nb.prange(chunks):
+        for i in range(n * c // chunks, n * (c + 1) // chunks):
+            zi = z[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                w = P[p]
+                acc[c, idx[p]] += (w * w if square else w) * zi
+    out = np.empty(m)
+    for j in nb.prange(m):
+        s = 0.0
+        for c in range(chunks):
+            s += acc[c, j]
+        out[j] = s
+    return out
+
+
+def scatter_sum(indptr, idx, P, z, square, m):
+    """out_j = sum_i P_ij z_i (or P_ij^2 z_i) from the row layout, (m,).
+
+    Rows are split into one chunk per thread, each summing into its own copy of out (no
+    atomics in numba), then the copies are added."""
+    return _scatter_sum(indptr, idx, P, z, square, m, nb.get_num_threads())
 
 
 @nb.njit(parallel=True, cache=True)
-def _plan(indptr, idx, cost, u, v, eps, out):
+def _evaluate(indptr, idx, cost, v, la, eps, u, P, m, chunks):
+    """u_i <- eps log a_i - eps LSE_j((v_j - c_ij)/eps) (exact row marginals), the plan P in
+    row layout and its column sums (m,). One exp per entry: the max-shifted terms of the LSE
+    are the plan's entries up to the row's factor a_i / s_i. Rows are split into ``chunks``
+    (one per thread), each with its own column sums (no atomics in numba)."""
     n = indptr.size - 1
-    for i in nb.prange(n):
+    acc = np.zeros((chunks, m))
+    for c in nb.prange(chunks):
+        for i in range(n * c // chunks, n * (c + 1) // chunks):
+            lo, hi = indptr[i], indptr[i + 1]
+            mx = -np.inf
+            for p in range(lo, hi):
+                z = v[idx[p]] - cost[p]
+                if z > mx:
+                    mx = z
+            s = 0.0
+            for p in range(lo, hi):
+                e = np.exp((v[idx[p]] - cost[p] - mx) / eps)
+                P[p] = e
+                s += e
+            u[i] = eps * la[i] - mx - eps * np.log(s)
+            scale = np.exp(la[i]) / s
+            for p in range(lo, hi):
+                P[p] *= scale
+                acc[c, idx[p]] += P[p]
+    col = np.empty(m)
+    for j in nb.prange(m):
+        t = 0.0
+        for c in range(chunks):
+            t += acc[c, j]
+        col[j] = t
+    return col
+
+
+@nb.njit(cache=True)
+def _column_sweep(indptr, idx, cost, u, lb, eps, v, col):
+    """One Sinkhorn update of the columns from the row layout: v_j <- eps log b_j -
+    eps LSE_i((u_i - c_ij)/eps), which is v_j + eps (log b_j - log col_j) for the current
+    plan's column mass col_j; a column whose mass underflowed (far from its target) gets the
+    max-shifted LSE, from a scatter over the rows."""
+    m = v.size
+    bad = col <= 1e-250
+    mx = np.full(m, -np.inf)
+    nbad = 0
+    for j in range(m):
+        if bad[j]:
+            nbad += 1
+        else:
+            v[j] += eps * (lb[j] - np.log(col[j]))
+    if nbad == 0:
+        return
+    n = indptr.size - 1
+    for i in range(n):
         for p in range(indptr[i], indptr[i + 1]):
-            out[p] = np.exp((u[i] + v[idx[p]] - cost[p]) / eps)
+            j = idx[p]
+            if bad[j]:
+                z = u[i] - cost[p]
+                if z > mx[j]:
+                    mx[j] = z
+    s = np.zeros(m)
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = idx[p]
+            if bad[j]:
+                s[j] += np.exp((u[i] - cost[p] - mx[j]) / eps)
+    for j in range(m):
+        if bad[j] and s[j] > 0:
+            v[j] = eps * lb[j] - mx[j] - eps * np.log(s[j])
 
 
 @nb.njit(parallel=True, cache=True)
@@ -94,17 +192,78 @@ def _rows_times(indptr, idx, P, x, out):
         out[i] = s
 
 
-@nb.njit(parallel=True, cache=True)
-def _cols_times(t_indptr, t_idx, t_pos, P, z, square, out):
-    """out_j = sum_i P_ij z_i (or P_ij^2 z_i), from the column layout: t_pos maps a column
-    entry to its place in the row-layout array P."""
-    m = t_indptr.size - 1
-    for j in nb.prange(m):
-        s = 0.0
-        for p in range(t_indptr[j], t_indptr[j + 1]):
-            w = P[t_pos[p]]
-            s += (w * w if square else w) * z[t_idx[p]]
-        out[j] = s
+@nb.njit(cache=True)
+def _strong_laplacian(indptr, idx, P, a, m, drop, shift):
+    r"""The Laplacian of the plan's strong entries plus a diagonal shift, as CSR (data,
+    indices, indptr) with int32 indices:
+
+    .. math:: M'_{jk} = -\sum_i \pi_{ij}\pi_{ik}/a_i \ (j \ne k), \qquad
+              M'_{jj} = -\sum_{k \ne j} M'_{jk} + \text{shift}_j,
+
+    the sums over the rows i where both entries are at least drop·a_i. Gustavson's product,
+    column by column, through the transposed strong entries."""
+    n = indptr.size - 1
+    # transposed strong entries: for each column j, its rows and weights pi_ij / a_i
+    cnt = np.zeros(m + 1, np.int64)
+    for i in range(n):
+        t = drop * a[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            if P[p] >= t:
+                cnt[idx[p] + 1] += 1
+    for j in range(m):
+        cnt[j + 1] += cnt[j]
+    t_row = np.empty(cnt[m], np.int32)
+    t_w = np.empty(cnt[m])
+    fill = cnt[:m].copy()
+    for i in range(n):
+        t = drop * a[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            if P[p] >= t:
+                j = idx[p]
+                t_row[fill[j]] = i
+                t_w[fill[j]] = P[p] / a[i]
+                fill[j] += 1
+    marker = np.full(m, -1, np.int64)
+    acc = np.zeros(m)
+    out_ptr = np.zeros(m + 1, np.int64)
+    # pass 1: the pattern's size
+    for j in range(m):
+        k = 1  # the diagonal
+        for q in range(cnt[j], cnt[j + 1]):
+            i = t_row[q]
+            t = drop * a[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                l = idx[p]
+                if l != j and P[p] >= t and marker[l] != j:
+                    marker[l] = j
+                    k += 1
+        out_ptr[j + 1] = out_ptr[j] + k
+    data = np.empty(out_ptr[m])
+    ind = np.empty(out_ptr[m], np.int32)
+    marker[:] = -1
+    for j in range(m):
+        q0 = out_ptr[j]
+        k = q0 + 1
+        for q in range(cnt[j], cnt[j + 1]):
+            i = t_row[q]
+            w = t_w[q]
+            t = drop * a[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                l = idx[p]
+                if l != j and P[p] >= t:
+                    if marker[l] < q0:
+                        marker[l] = k
+                        ind[k] = l
+                        acc[l] = 0.0
+                        k += 1
+                    acc[l] += w * P[p]
+        diag = 0.0
+        for r in range(q0 + 1, k):
+            data[r] = -acc[ind[r]]
+            diag += acc[ind[r]]
+        ind[q0] = j
+        data[q0] = diag + shift[j]
+    return data, ind, out_ptr
 
 
 @nb.njit(cache=True)
@@ -140,14 +299,6 @@ def _pyamg():
     return pyamg
 
 
-def _assemble(indptr, idx, P, a, col, m):
-    """M = diag(col) - P^T diag(1/a) P (with the Levenberg–Marquardt shift) as a CSR matrix."""
-    n = len(a)
-    Pm = sps.csr_matrix((P, idx, indptr), shape=(n, m))
-    G = (Pm.T @ sps.csr_matrix((P / np.repeat(a, np.diff(indptr)), idx, indptr), shape=(n, m)))
-    return (sps.diags(col * (1 + LM_SHIFT) + 1e-300) - G).tocsr()
-
-
 def _aggregates(points, k, seed=0):
     """Labels (m,) in [0, K) of K ~ m/k aggregates: every point joins its nearest of K random
     centres (the coarse space is piecewise constant on these)."""
@@ -159,112 +310,119 @@ def _aggregates(points, k, seed=0):
 
 
 class _Hessian:
-    """M = diag(col) - P^T diag(1/a) P as an operator, with its two-level preconditioner."""
+    """M = diag(col) - P^T diag(1/a) P (+ the Levenberg–Marquardt shift) as an operator on the
+    row layout of P (matrix-free: rows, then a scatter onto the columns)."""
 
-    def __init__(self, indptr, cols, t_indptr, t_idx, t_pos, P, a, col, labels):
-        self.P, self.a = P, a
-        self.t = (t_indptr, t_idx, t_pos)
+    def __init__(self, indptr, idx, P, a, col):
+        self.indptr, self.idx, self.P, self.a = indptr, idx, P, a
         self.col = col
         self.n, self.m = len(a), len(col)
-        self.indptr = None
-        diag = np.empty(self.m)
-        _cols_times(t_indptr, t_idx, t_pos, P, 1.0 / a, True, diag)
-        diag = col - diag
         # Levenberg–Marquardt shift, relative to each column's mass: M is singular along
         # constants, and a column whose rows send it all their mass has a zero row in M (its
         # mass does not depend on its potential; only a larger support can change it). The
-        # shift keeps both levels definite and bounds the step of such a column.
+        # shift keeps the system definite and bounds the step of such a column.
         self.shift = LM_SHIFT * col + 1e-300
-        self.inv_diag = 1.0 / (np.maximum(diag, 0.0) + self.shift)
-        self.labels = labels
+        self._z = np.empty(self.n)
+
+    def matvec(self, x):
+        _rows_times(self.indptr, self.idx, self.P, x, self._z)
+        out = scatter_sum(self.indptr, self.idx, self.P, self._z / self.a, False, self.m)
+        return (self.col + self.shift) * x - out
+
+    def two_level(self, labels):
+        """Jacobi plus an exact coarse correction on the aggregates (labels: (m,))."""
+        diag = self.col - scatter_sum(self.indptr, self.idx, self.P, 1.0 / self.a, True, self.m)
+        inv_diag = 1.0 / (np.maximum(diag, 0.0) + self.shift)
         K = int(labels.max()) + 1
-        Pc = sps.csr_matrix(_aggregate_rows(indptr, cols, P, labels), shape=(self.n, K))
-        colc = np.bincount(labels, weights=col, minlength=K)
-        Ac = (sps.diags(colc * (1 + LM_SHIFT) + 1e-300)
-              - Pc.T @ sps.diags(1.0 / a) @ Pc)
-        self.coarse = splu(sps.csc_matrix(Ac))
-        self.K = K
+        Pc = sps.csr_matrix(_aggregate_rows(self.indptr, self.idx, self.P, labels),
+                            shape=(self.n, K))
+        colc = np.bincount(labels, weights=self.col, minlength=K)
+        Ac = sps.diags(colc * (1 + LM_SHIFT) + 1e-300) - Pc.T @ sps.diags(1.0 / self.a) @ Pc
+        coarse = splu(sps.csc_matrix(Ac))
 
-    def matvec(self, x, indptr, idx):
-        z = np.empty(self.n)
-        _rows_times(indptr, idx, self.P, x, z)
-        out = np.empty(self.m)
-        _cols_times(*self.t, self.P, z / self.a, False, out)
-        return self.col * x - out + self.shift * x
+        def apply(r):
+            rc = np.bincount(labels, weights=r, minlength=K)
+            rc -= rc.mean()  # the coarse correction of a constant is a constant: drop it
+            return inv_diag * r + coarse.solve(rc)[labels]
 
-    def precondition(self, r):
-        rc = np.bincount(self.labels, weights=r, minlength=self.K)
-        rc -= rc.mean()  # the coarse correction of a constant is a constant: drop it
-        return self.inv_diag * r + self.coarse.solve(rc)[self.labels]
+        return apply
+
+    def multigrid(self, amg):
+        """A classical AMG V-cycle built on the Laplacian of the plan's strong entries."""
+        data, ind, ptr = _strong_laplacian(self.indptr, self.idx, self.P, self.a, self.m,
+                                           SPARSIFY, self.shift)
+        A = sps.csr_matrix((data, ind, ptr), shape=(self.m, self.m))
+        A.sort_indices()
+        return amg.ruge_stuben_solver(A).aspreconditioner(cycle="V")
 
 
-def newton_columns(indptr, idx, cost, t_indptr, t_idx, t_cost, t_pos, a, b, u, v, eps, tol, maxiter,
-                   points=None, labels=None, cg_rtol=1e-3, cg_maxiter=200, verbose=False):
+def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None, labels=None,
+                   cg_rtol=1e-3, cg_maxiter=200, verbose=False):
     r"""Damped Newton on the column potential v until :math:`\|b - \pi^T 1\|_1 \le` tol.
 
     Parameters
     ----------
-    indptr, idx, cost : the support in row layout (n + 1,), (nnz,), (nnz,)
-    t_indptr, t_idx, t_cost, t_pos : the same support in column layout: (m + 1,), row index
-        (nnz,), cost (nnz,) and the place of each column entry in the row layout (nnz,)
+    indptr, idx, cost : the support in row layout (n + 1,), (nnz,) column indices (int32 or
+        int64), (nnz,) costs
     a: (n,), b: (m,)
         Row and column marginals (> 0).
     u: (n,), v: (m,)
         Potentials, updated in place (u is left as the soft c-transform of v).
     points: (m, d), optional
-        The columns' points, to build the coarse aggregates when ``labels`` is not given.
+        The columns' points, to build the coarse aggregates when ``labels`` is not given
+        (below ``AMG_MIN_COLUMNS`` columns).
 
     Returns
     -------
     iterations, L1 column error, CG iterations in all
     """
-    la = np.log(a)
+    la, lb = np.log(a), np.log(b)
     n, m = len(a), len(b)
     amg = _pyamg() if m >= AMG_MIN_COLUMNS else None
     if amg is None and labels is None:
         labels = _aggregates(points, AGGREGATE)
     P = np.empty(cost.size)
-    col = np.empty(m)
+    state = {}
 
     def evaluate(vv, uu):
         """Semi-dual value <a, u(v)> + <b, v> (the constant -eps dropped) and L1 error."""
-        _row_softmin(indptr, idx, cost, vv, la, eps, uu)
-        _plan(indptr, idx, cost, uu, vv, eps, P)
-        _cols_times(t_indptr, t_idx, t_pos, P, np.ones(n), False, col)
-        return float(a @ uu + b @ vv), float(np.abs(b - col).sum())
+        state["col"] = _evaluate(indptr, idx, cost, vv, la, eps, uu, P, m, nb.get_num_threads())
+        return float(a @ uu + b @ vv), float(np.abs(b - state["col"]).sum())
 
-    lb = np.log(b)
     stalled = 0
     val, err = evaluate(v, u)
     total_cg = 0
     it = 0
+    u_new = np.empty_like(u)
     for it in range(1, maxiter + 1):
         if err <= tol:
             it -= 1
             break
+        t0 = time.perf_counter()
         # One Sinkhorn sweep first: it sets every column's mass exactly in log space, which
         # a linearization cannot do for a column that receives e^-20 of its mass; Newton
         # then corrects what the sweep cannot, the coupled (large-scale) imbalance.
-        _row_softmin(t_indptr, t_idx, t_cost, u, lb, eps, v)
+        _column_sweep(indptr, idx, cost, u, lb, eps, v, state["col"])
         val, err = evaluate(v, u)
+        col = state["col"]
         rhs = eps * (b - col)
         count = [0]
 
         def cb(_):
             count[0] += 1
 
-        if amg is not None:
-            A = _assemble(indptr, idx, P, a, col, m)
-            # Rebuilt at every step: reusing the last one fails (200 CG iterations) right
-            # after a level change, where the plan still moves a lot; the setup costs a few
-            # CG iterations.
-            M = amg.ruge_stuben_solver(A).aspreconditioner(cycle="V")
-        else:
-            H = _Hessian(indptr, idx, t_indptr, t_idx, t_pos, P, a, col.copy(), labels)
-            A = LinearOperator((m, m), matvec=lambda x: H.matvec(x, indptr, idx),
-                               dtype=np.float64)
-            M = LinearOperator((m, m), matvec=H.precondition, dtype=np.float64)
+        H = _Hessian(indptr, idx, P, a, col)
+        A = LinearOperator((m, m), matvec=H.matvec, dtype=np.float64)
+        t1 = time.perf_counter()
+        # Rebuilt at every step: reusing the last one fails (200 CG iterations) right after
+        # a level change, where the plan still moves a lot; the setup costs a few CG
+        # iterations.
+        M = (H.multigrid(amg) if amg is not None
+             else LinearOperator((m, m), matvec=H.two_level(labels), dtype=np.float64))
+        t2 = time.perf_counter()
         step, _ = cg(A, rhs, rtol=cg_rtol, maxiter=cg_maxiter, M=M, callback=cb)
+        del M, A, H
+        t3 = time.perf_counter()
         total_cg += count[0]
         step -= np.median(step)  # the gauge: a constant shift changes nothing
         np.clip(step, -MAX_STEP * eps, MAX_STEP * eps, out=step)
@@ -273,7 +431,6 @@ def newton_columns(indptr, idx, cost, t_indptr, t_idx, t_cost, t_pos, a, b, u, v
         # convergence); far from it, a step that overshoots is halved.
         slope = float((b - col) @ step)
         t = 1.0
-        u_new = np.empty_like(u)
         while True:
             v_new = v + t * step
             val_new, e_new = evaluate(v_new, u_new)
@@ -281,7 +438,9 @@ def newton_columns(indptr, idx, cost, t_indptr, t_idx, t_cost, t_pos, a, b, u, v
                 break
             t *= 0.5
         if verbose:
-            print(f"    newton {it}: err {err:.3e} -> {e_new:.3e}, step {t:g}, cg {count[0]}")
+            print(f"    newton {it}: err {err:.3e} -> {e_new:.3e}, step {t:g}, cg {count[0]}, "
+                  f"s: setup {t2 - t1:.2f} cg {t3 - t2:.2f} other "
+                  f"{time.perf_counter() - t0 - (t3 - t1):.2f}")
         # Near the solution the gain in the semi-dual is below its round-off: a step that
         # reduces the marginal error is then taken on that ground.
         if not (val_new > val or e_new < 0.5 * err):
@@ -290,12 +449,9 @@ def newton_columns(indptr, idx, cost, t_indptr, t_idx, t_cost, t_pos, a, b, u, v
         # The semi-dual grows while the error does not fall: no plan with these marginals
         # lives on this support (the dual is unbounded there). The caller searches again.
         stalled = stalled + 1 if e_new >= err else 0
-        if stalled >= STALL_STEPS:
-            v[:] = v_new
-            u[:] = u_new
-            val, err = val_new, e_new
-            break
         v[:] = v_new
         u[:] = u_new
         val, err = val_new, e_new
+        if stalled >= STALL_STEPS:
+            break
     return it, err, total_cg

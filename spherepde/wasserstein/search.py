@@ -285,9 +285,9 @@ def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Y
 
 @nb.njit(parallel=True, cache=True)
 def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Yb, perp2, thr,
-            geodesic, indptr, out, fill):
+            geodesic, indptr, out, fill, perm):
     """Points with c - f <= thr[j]: counts[j] (fill False, written to indptr[j + 1]) or their
-    indices into out[indptr[j]:indptr[j + 1]] (fill True)."""
+    indices in the caller's order, perm[k], into out[indptr[j]:indptr[j + 1]] (fill True)."""
     m = Y.shape[0]
     for j in nb.prange(m):
         y = Y[j]
@@ -305,7 +305,7 @@ def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y,
                 for p in range(lo[k], hi[k]):
                     if _cost(P, p, y, geodesic) - f[p] <= thr[j]:
                         if fill:
-                            out[pos + cnt] = p
+                            out[pos + cnt] = perm[p]
                         cnt += 1
                 continue
             for c in (left[k], right[k]):
@@ -392,14 +392,17 @@ class ConeTree:
         return val, self.perm[arg]
 
     def within(self, y, thr, cost="chordal"):
-        """CSR lists (indptr (m+1,), idx) of the k with c(x_k, y_j) - f_k <= thr[j]."""
+        """CSR lists (indptr (m+1,), idx) of the k with c(x_k, y_j) - f_k <= thr[j]; idx is
+        int32 when the tree has fewer than 2^31 points (the lists are the bulk of the
+        truncated kernel's memory)."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         thr = np.ascontiguousarray(np.broadcast_to(thr, (len(y),)), dtype=np.float64)
         geo = cost == "geodesic"
         indptr = np.zeros(len(y) + 1, np.int64)
         yb, perp2 = self._split(y)
-        _within(*self._args(), y, yb, perp2, thr, geo, indptr, np.empty(0, np.int64), False)
+        dtype = np.int32 if self.n < 2**31 else np.int64
+        _within(*self._args(), y, yb, perp2, thr, geo, indptr, np.empty(0, dtype), False, self.perm)
         np.cumsum(indptr, out=indptr)
-        out = np.empty(indptr[-1], np.int64)
-        _within(*self._args(), y, yb, perp2, thr, geo, indptr, out, True)
-        return indptr, self.perm[out]
+        out = np.empty(indptr[-1], dtype)
+        _within(*self._args(), y, yb, perp2, thr, geo, indptr, out, True, self.perm)
+        return indptr, out
