@@ -53,17 +53,23 @@ AGGREGATE = 32
 #: iterations there). Below, the matrix-free two-level one is cheaper.
 AMG_MIN_COLUMNS = 20000
 #: The multigrid hierarchy is built on the Laplacian of the plan's entries of at least this
-#: fraction of their row's mass (the others link columns far apart with weights below it):
-#: at eps = 6e-5 between 1e5 tokens and the 393,216-cell mesh that keeps ~1/3 of a row's
-#: entries and ~1/8 of the Laplacian's, and costs one or two CG iterations per Newton step
-#: (CG itself runs on the exact M).
-SPARSIFY = 1e-2
+#: fraction of their row's mass (the others link columns far apart with weights below it;
+#: CG itself runs on the exact M). Measured on the largest stage of 10^6 tokens against the
+#: 393,216-cell mesh (1.8e7 pairs): 1e-3 keeps 125 Laplacian entries a column and CG takes
+#: 5, 4, 6, 13 iterations over the stage's Newton steps, as with the full P^T P; 1e-2 took
+#: 40-109.
+SPARSIFY = 1e-3
 #: Levenberg–Marquardt shift of the Hessian, relative to the column masses.
 LM_SHIFT = 1e-6
 #: Largest change of a potential in one Newton step, in units of eps: the plan changes by
 #: e^{±MAX_STEP} there, far beyond what a stage needs; only a column the support leaves
 #: without a say over its own mass ever gets near it.
 MAX_STEP = 30.0
+#: The multigrid hierarchy of the last step is kept once the marginal error is below this
+#: (the plan then changes by a relative amount of that order per step): CG runs on the exact
+#: M, so a stale preconditioner costs iterations, never accuracy. It is rebuilt when CG needs
+#: more than twice the iterations it needed when it was built.
+AMG_REUSE_ERR = 1e-4
 #: Newton gives up after this many steps in a row that raise the marginal error.
 STALL_STEPS = 2
 
@@ -192,8 +198,8 @@ def _rows_times(indptr, idx, P, x, out):
         out[i] = s
 
 
-@nb.njit(cache=True)
-def _strong_laplacian(indptr, idx, P, a, m, drop, shift):
+@nb.njit(parallel=True, cache=True)
+def _strong_laplacian(indptr, idx, P, a, m, drop, shift, chunks):
     r"""The Laplacian of the plan's strong entries plus a diagonal shift, as CSR (data,
     indices, indptr) with int32 indices:
 
@@ -201,7 +207,8 @@ def _strong_laplacian(indptr, idx, P, a, m, drop, shift):
               M'_{jj} = -\sum_{k \ne j} M'_{jk} + \text{shift}_j,
 
     the sums over the rows i where both entries are at least drop·a_i. Gustavson's product,
-    column by column, through the transposed strong entries."""
+    column by column through the transposed strong entries, the columns split into
+    ``chunks`` (one per thread, each with its own marker and accumulator)."""
     n = indptr.size - 1
     # transposed strong entries: for each column j, its rows and weights pi_ij / a_i
     cnt = np.zeros(m + 1, np.int64)
@@ -223,47 +230,50 @@ def _strong_laplacian(indptr, idx, P, a, m, drop, shift):
                 t_row[fill[j]] = i
                 t_w[fill[j]] = P[p] / a[i]
                 fill[j] += 1
-    marker = np.full(m, -1, np.int64)
-    acc = np.zeros(m)
-    out_ptr = np.zeros(m + 1, np.int64)
-    # pass 1: the pattern's size
-    for j in range(m):
-        k = 1  # the diagonal
-        for q in range(cnt[j], cnt[j + 1]):
-            i = t_row[q]
-            t = drop * a[i]
-            for p in range(indptr[i], indptr[i + 1]):
-                l = idx[p]
-                if l != j and P[p] >= t and marker[l] != j:
-                    marker[l] = j
-                    k += 1
-        out_ptr[j + 1] = out_ptr[j] + k
-    data = np.empty(out_ptr[m])
-    ind = np.empty(out_ptr[m], np.int32)
-    marker[:] = -1
-    for j in range(m):
-        q0 = out_ptr[j]
-        k = q0 + 1
-        for q in range(cnt[j], cnt[j + 1]):
-            i = t_row[q]
-            w = t_w[q]
-            t = drop * a[i]
-            for p in range(indptr[i], indptr[i + 1]):
-                l = idx[p]
-                if l != j and P[p] >= t:
-                    if marker[l] < q0:
-                        marker[l] = k
-                        ind[k] = l
-                        acc[l] = 0.0
+    size = np.zeros(m + 1, np.int64)
+    for c in nb.prange(chunks):  # pass 1: the pattern's size, row by row
+        marker = np.full(m, -1, np.int64)
+        for j in range(m * c // chunks, m * (c + 1) // chunks):
+            k = 1  # the diagonal
+            for q in range(cnt[j], cnt[j + 1]):
+                i = t_row[q]
+                t = drop * a[i]
+                for p in range(indptr[i], indptr[i + 1]):
+                    l = idx[p]
+                    if l != j and P[p] >= t and marker[l] != j:
+                        marker[l] = j
                         k += 1
-                    acc[l] += w * P[p]
-        diag = 0.0
-        for r in range(q0 + 1, k):
-            data[r] = -acc[ind[r]]
-            diag += acc[ind[r]]
-        ind[q0] = j
-        data[q0] = diag + shift[j]
-    return data, ind, out_ptr
+            size[j + 1] = k
+    for j in range(m):
+        size[j + 1] += size[j]
+    data = np.empty(size[m])
+    ind = np.empty(size[m], np.int32)
+    for c in nb.prange(chunks):  # pass 2: the values
+        marker = np.full(m, -1, np.int64)
+        acc = np.zeros(m)
+        for j in range(m * c // chunks, m * (c + 1) // chunks):
+            q0 = size[j]
+            k = q0 + 1
+            for q in range(cnt[j], cnt[j + 1]):
+                i = t_row[q]
+                w = t_w[q]
+                t = drop * a[i]
+                for p in range(indptr[i], indptr[i + 1]):
+                    l = idx[p]
+                    if l != j and P[p] >= t:
+                        if marker[l] < q0:
+                            marker[l] = k
+                            ind[k] = l
+                            acc[l] = 0.0
+                            k += 1
+                        acc[l] += w * P[p]
+            diag = 0.0
+            for r in range(q0 + 1, k):
+                data[r] = -acc[ind[r]]
+                diag += acc[ind[r]]
+            ind[q0] = j
+            data[q0] = diag + shift[j]
+    return data, ind, size
 
 
 @nb.njit(cache=True)
@@ -350,7 +360,7 @@ class _Hessian:
     def multigrid(self, amg):
         """A classical AMG V-cycle built on the Laplacian of the plan's strong entries."""
         data, ind, ptr = _strong_laplacian(self.indptr, self.idx, self.P, self.a, self.m,
-                                           SPARSIFY, self.shift)
+                                           SPARSIFY, self.shift, nb.get_num_threads())
         A = sps.csr_matrix((data, ind, ptr), shape=(self.m, self.m))
         A.sort_indices()
         return amg.ruge_stuben_solver(A).aspreconditioner(cycle="V")
@@ -394,6 +404,7 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
     total_cg = 0
     it = 0
     u_new = np.empty_like(u)
+    M, cg_built = None, 0
     for it in range(1, maxiter + 1):
         if err <= tol:
             it -= 1
@@ -414,14 +425,20 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
         H = _Hessian(indptr, idx, P, a, col)
         A = LinearOperator((m, m), matvec=H.matvec, dtype=np.float64)
         t1 = time.perf_counter()
-        # Rebuilt at every step: reusing the last one fails (200 CG iterations) right after
-        # a level change, where the plan still moves a lot; the setup costs a few CG
-        # iterations.
-        M = (H.multigrid(amg) if amg is not None
-             else LinearOperator((m, m), matvec=H.two_level(labels), dtype=np.float64))
+        # Rebuilt at every step while the plan still moves (reusing the last one right after
+        # a level change took 200 CG iterations); kept near the solution (AMG_REUSE_ERR).
+        fresh = amg is None or M is None or err > AMG_REUSE_ERR
+        if fresh:
+            M = None
+            M = (H.multigrid(amg) if amg is not None
+                 else LinearOperator((m, m), matvec=H.two_level(labels), dtype=np.float64))
         t2 = time.perf_counter()
         step, _ = cg(A, rhs, rtol=cg_rtol, maxiter=cg_maxiter, M=M, callback=cb)
-        del M, A, H
+        if fresh:
+            cg_built = count[0]
+        elif count[0] > 2 * cg_built + 2:
+            M = None  # stale: rebuild at the next step
+        del A, H
         t3 = time.perf_counter()
         total_cg += count[0]
         step -= np.median(step)  # the gauge: a constant shift changes nothing
@@ -439,7 +456,7 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
             t *= 0.5
         if verbose:
             print(f"    newton {it}: err {err:.3e} -> {e_new:.3e}, step {t:g}, cg {count[0]}, "
-                  f"s: setup {t2 - t1:.2f} cg {t3 - t2:.2f} other "
+                  f"{'new' if fresh else 'kept'} preconditioner {t2 - t1:.2f} s, cg {t3 - t2:.2f} s, other "
                   f"{time.perf_counter() - t0 - (t3 - t1):.2f}")
         # Near the solution the gain in the semi-dual is below its round-off: a step that
         # reduces the marginal error is then taken on that ground.
