@@ -52,3 +52,22 @@ def test_every_fine_task_gets_its_coarse_twin():
     off = validate_config({"convergence": {"check": False}})
     assert not any(t.coarse for t in tasks_of(off))
     assert Task("spectral", 4.0, cfg, coarse=True).resolution == 64
+
+
+def test_tokens_start_on_the_lattice_where_there_is_one():
+    # "auto": rho_0's lattice on S^2 (the same tokens for the run and its summary), a seeded
+    # sample in d = 8, the coarse run of the check drawing its own (seed + 1)
+    from spherepde.app.scenario import build_initial, initial_tokens
+
+    cfg = validate_config({})
+    mu0 = build_initial(cfg)
+    a, b = initial_tokens(cfg, mu0, 500), mu0.lattice(500)
+    assert np.array_equal(a.points, b.points) and np.array_equal(a.weights, b.weights)
+    cfg8 = validate_config({"model": {"matrices": "identity", "d": 8},
+                            "initial": {"kind": "uniform"}, "spectral": {"enabled": False}})
+    mu8 = build_initial(cfg8)
+    fine, coarse = initial_tokens(cfg8, mu8, 50), initial_tokens(cfg8, mu8, 50, coarse=True)
+    assert np.array_equal(fine.points, mu8.sample(50, seed=0))
+    assert np.array_equal(coarse.points, mu8.sample(50, seed=1))
+    sampled = validate_config({"particles": {"init": "sample"}})
+    assert np.array_equal(initial_tokens(sampled, mu0, 50).points, mu0.sample(50, seed=0))

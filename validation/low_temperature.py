@@ -6,8 +6,9 @@ t* ~ log beta, and then leaves it (the bound W2 <~ sqrt(log(beta+1)/beta) e^{C1 
 late, mass gathers on the dominant eigenspace of V itself (the terminal phase).
 
 Three solvers compute the curve t -> W2(rho_t, Pi#rho_0) from one rho_0 (a von Mises–Fisher
-cap): particles with the harmonic field (N tokens), the finite-volume density (n cells along a
-cube edge) and the spectral density (while it is resolved). A curve is *converged* when two
+cap): particles with the harmonic field (N tokens on rho_0's Fibonacci lattice), the
+finite-volume density (n cells along a cube edge) and the spectral density (while it is
+resolved). A curve is *converged* when two
 resolutions of one solver (N and 4N, or n and 2n) differ by less than 5% of its minimum over the
 whole interval; a converged curve is then compared with the other solvers. Fits use converged
 curves only.
@@ -18,8 +19,8 @@ recomputes); each records its wall and CPU seconds.
 
 Run:
     .venv/bin/python validation/low_temperature.py --quick    # 149 s measured on 2 cores
-    .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens (about 6 minutes)
-    .venv/bin/python validation/low_temperature.py            # the full study (hours)
+    .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens of --quick
+    .venv/bin/python validation/low_temperature.py            # the full study (many hours)
 """
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ from _common import OUT, publish, table
 CONVERGED_FRACTION = 0.05
 #: Terminal phase: mass within this angle (radians) of V's dominant invariant subspace.
 TERMINAL_DELTA = 0.1
+#: A fit of t*(beta) and min W2(beta) needs converged curves at this many distinct betas.
+MIN_FIT_BETAS = 3
+#: The sensitivity runs: tokens, and the size of the change of their start.
+SENSITIVITY_TOKENS, SENSITIVITY_EPS = 2000, 1e-6
 # bump when the meaning of a saved piece changes (2: kernel="auto" re-chosen in runs;
 # 3: particle rtol 1e-5)
 VERSION = 3
@@ -66,7 +71,7 @@ class Plan:
     betas: list
     t_end: float
     n_times: int
-    particles: list          # token counts, coarse to fine (factor 4)
+    particles: list | dict   # token counts, coarse to fine (factor 4); or beta -> counts
     finite_volume: list      # cells along a cube edge, coarse to fine (factor 2)
     spectral: list           # lmax values
     scenarios: list = field(default_factory=lambda: ["E1", "E2"])
@@ -77,6 +82,10 @@ class Plan:
     @property
     def times(self):
         return np.linspace(0.0, self.t_end, self.n_times)
+
+    def tokens(self, beta) -> list:
+        """The token counts of the particle runs at this beta."""
+        return self.particles[beta] if isinstance(self.particles, dict) else self.particles
 
 
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
@@ -89,8 +98,13 @@ MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
               particles=[4000, 16000], finite_volume=[12, 24], spectral=[32, 64],
               e2_betas=[16.0, math.inf], fv_betas=[16.0, 256.0, math.inf],
               e2_fv_betas=[math.inf])
+#: The full study. The kernel's width beta^-1/2 sets the tokens each beta needs; from beta = 256
+#: on the late phase amplifies perturbations ~100-fold by t = 14 (measured), hence 10^6 tokens.
 FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
-            particles=[62500, 250000, 1000000], finite_volume=[64, 128, 256], spectral=[128])
+            particles={4.0: [16000, 64000], 16.0: [16000, 64000], 64.0: [16000, 64000],
+                       256.0: [64000, 256000], 1000.0: [250000, 1000000],
+                       math.inf: [16000, 64000]},
+            finite_volume=[32, 64, 128], spectral=[64, 128])
 
 
 def model_for(scenario: str, beta: float) -> sp.Model:
@@ -134,16 +148,23 @@ def _w2_bracket(mu, limit):
 
 
 # ---------------------------------------------------------------------------- the pieces
-def run_particles(scenario, beta, n, times):
+def _particle_start(scenario, beta, n):
+    """The model, the n starting tokens and their own limit Pi#mu^N_0.
+
+    The tokens start on rho_0's Fibonacci lattice (equal weights), not a random sample: N and
+    4N then differ by a quadrature error, not by two independent O(N^-1/2) sampling errors
+    that the dynamics amplify (beta = 16: 0.003 for N = 4000 vs 16000, against 0.047 for
+    random samples of 2000 vs 8000)."""
     model = model_for(scenario, beta)
-    # the tokens start on rho_0's Fibonacci lattice (equal weights), not a random sample:
-    # N and 4N then differ by a quadrature error, not by two independent O(N^-1/2) sampling
-    # errors that the dynamics amplify (beta = 16: 0.003 for N = 4000 vs 16000, against 0.047
-    # for random samples of 2000 vs 8000)
     cloud = initial().lattice(n)
-    x0, w = cloud.points, cloud.weights
-    limit = model.limit_measure(cloud)  # Pi#mu^N_0, the particles' own limit
+    limit = model.limit_measure(cloud)
     limit = _merge_atoms(limit) if SCENARIOS[scenario]["dimE"] == 1 else limit
+    return model, cloud, limit
+
+
+def run_particles(scenario, beta, n, times):
+    model, cloud, limit = _particle_start(scenario, beta, n)
+    x0, w = cloud.points, cloud.weights
     basis = dominant_invariant_subspace(model.V)
     rows = []
     keep = np.arange(min(n, 3000))
@@ -196,7 +217,29 @@ def run_spectral(scenario, beta, lmax, times):
             "stopped": str(sol.stats.get("stopped", ""))}
 
 
-RUNNERS = {"particles": run_particles, "finite_volume": run_finite_volume, "spectral": run_spectral}
+def run_sensitivity(scenario, beta, n, times):
+    """How much the particle dynamics amplify a small change of the start: two runs of n
+    tokens from rho_0's lattice, one moved by SENSITIVITY_EPS (Gaussian, seeded, then back onto
+    the sphere); max_t |W2 - W2'| / eps is the amplification that any discretisation error of
+    the start suffers by the end."""
+    model, cloud, limit = _particle_start(scenario, beta, n)
+    rng = np.random.default_rng(1)
+    moved = cloud.points + SENSITIVITY_EPS * rng.standard_normal(cloud.points.shape)
+    moved /= np.linalg.norm(moved, axis=1, keepdims=True)
+    curves = []
+    for x0 in (cloud.points, moved):
+        rows = []
+        solver = sp.ParticleSolver(model, kernel="auto", rtol=1e-5, atol=1e-7)
+        solver.solve(x0, times, cloud.weights, every=len(times), tokens=slice(0, 1),
+                     callback=lambda i, t, x: rows.append(float(sp.w2(sp.PointCloud(
+                         x, cloud.weights), limit))))
+        curves.append(np.array(rows))
+    return {"times": times, "w2": curves[0], "w2_moved": curves[1],
+            "eps": np.array(SENSITIVITY_EPS)}
+
+
+RUNNERS = {"particles": run_particles, "finite_volume": run_finite_volume, "spectral": run_spectral,
+           "sensitivity": run_sensitivity}
 
 
 def piece_path(store, scenario, solver, beta, res, times):
@@ -204,8 +247,10 @@ def piece_path(store, scenario, solver, beta, res, times):
     spec = {"v": VERSION, "scenario": scenario, "solver": solver, "beta": beta_label(beta),
             "res": res, "times": [float(times[0]), float(times[-1]), len(times)],
             "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN, "kappa": KAPPA}
-    if solver == "particles":
+    if solver in ("particles", "sensitivity"):
         spec["init"] = "lattice"  # the tokens' start (random samples before; a new piece)
+    if solver == "sensitivity":
+        spec["eps"] = SENSITIVITY_EPS
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     return store / f"{scenario}_{solver}_beta={beta_label(beta)}_res={res}_{key}.npz", spec
 
@@ -282,11 +327,11 @@ class Curve:
 
 def curves_of(plan: Plan):
     """(scenario, solver, beta, resolutions) of every curve of the plan."""
-    runs = [("particles", plan.particles), ("finite_volume", plan.finite_volume),
-            ("spectral", plan.spectral)]
     for scenario in plan.scenarios:
         betas = plan.betas if scenario == "E1" or plan.e2_betas is None else plan.e2_betas
         for beta in betas:
+            runs = [("particles", plan.tokens(beta)), ("finite_volume", plan.finite_volume),
+                    ("spectral", plan.spectral)]
             for solver, resolutions in runs:
                 if not resolutions:
                     continue
@@ -313,8 +358,9 @@ def _cost(job) -> float:
     """A rough relative cost, to start the longest pieces first."""
     _, scenario, solver, beta, res, _, _ = job
     b = 1.0 if math.isinf(beta) else beta
-    if solver == "particles":
-        return res ** 2 * b ** 0.5 * (1 + (SCENARIOS[scenario]["dimE"] == 2))
+    if solver in ("particles", "sensitivity"):
+        return res ** 2 * b ** 0.5 * (1 + (SCENARIOS[scenario]["dimE"] == 2)) * (
+            2 if solver == "sensitivity" else 1)
     return res ** 3 * 1e3 if solver == "finite_volume" else res ** 3 * 10
 
 
@@ -327,12 +373,15 @@ def compute_pieces(plan: Plan, store, fresh=False, only_betas=None, workers=None
     import os
 
     jobs = []
-    for scenario, solver, beta, resolutions in curves_of(plan):
+    wanted = [(scenario, solver, beta, r) for scenario, solver, beta, resolutions
+              in curves_of(plan) for r in resolutions]
+    wanted += [("E1", "sensitivity", beta, SENSITIVITY_TOKENS) for beta in plan.betas
+               if math.isfinite(beta)]
+    for scenario, solver, beta, r in wanted:
         if only_betas is not None and beta not in only_betas:
             continue
-        for r in resolutions:
-            if fresh or not piece_path(store, scenario, solver, beta, r, plan.times)[0].exists():
-                jobs.append((store, scenario, solver, beta, r, plan.times, fresh))
+        if fresh or not piece_path(store, scenario, solver, beta, r, plan.times)[0].exists():
+            jobs.append((store, scenario, solver, beta, r, plan.times, fresh))
     jobs.sort(key=_cost, reverse=True)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
@@ -372,6 +421,27 @@ def collect(plan: Plan, store, fresh=False, compute=True, missing=None,
     return curves
 
 
+def sensitivities(plan: Plan, store, curves: list[Curve]):
+    """Rows (beta, amplification, its time, the particle curve's own N vs 4N difference and its
+    threshold) from the saved sensitivity pieces of the dim E = 1 scenario."""
+    rows = []
+    for beta in plan.betas:
+        if not math.isfinite(beta):
+            continue
+        d = piece(store, "E1", "sensitivity", beta, SENSITIVITY_TOKENS, plan.times,
+                  compute=False)
+        if d is None:
+            continue
+        diff = np.abs(d["w2_moved"] - d["w2"])
+        i = int(np.argmax(diff))
+        c = next((c for c in curves if c.scenario == "E1" and c.solver == "particles"
+                  and c.beta == beta), None)
+        own = "n/a" if c is None or c.error is None else float(np.max(c.error))
+        thr = "n/a" if c is None else CONVERGED_FRACTION * float(np.min(c.w2))
+        rows.append((beta_label(beta), diff[i] / float(d["eps"]), float(d["times"][i]), own, thr))
+    return rows
+
+
 def agreement(curves: list[Curve]):
     """For each converged curve, the largest distance to every other solver's finest curve
     (same scenario and beta, common times) beside that solver's own measured error."""
@@ -399,7 +469,7 @@ def fit_rate(t, w, t0, t1, sqrt_t=False):
     return float(-np.polyfit(t[sel], y, 1)[0])
 
 
-def report(plan: Plan, curves: list[Curve], wall: float, mode: str):
+def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=()):
     colors = {b: plt.cm.viridis(i / max(1, len(plan.betas) - 1)) for i, b in enumerate(plan.betas)}
     colors[math.inf] = "k"
     styles = {"particles": "-", "finite_volume": "--", "spectral": ":"}
@@ -423,25 +493,31 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str):
         a.legend(fontsize=6, ncol=2)
         a.grid(alpha=0.3, which="both")
 
-    # Closest approach and depth, from converged finite-beta curves of the dim E = 1 scenario.
-    fits = {}
-    for solver in ("particles", "finite_volume"):
-        pts = [(c.beta, *c.minimum()) for c in curves if c.scenario == "E1" and c.solver == solver
-               and c.converged and math.isfinite(c.beta)]
-        if len(pts) < 2:
-            fits[solver] = None
-            continue
-        b, ts, wm = (np.array(v) for v in zip(*pts))
+    # Closest approach and depth, from the converged finite-beta curves of the dim E = 1
+    # scenario, whichever solver converged: one point per converged curve; a fit needs three
+    # distinct betas (through two, any line fits exactly and R^2 = 1 says nothing).
+    pts = [(c.solver, c.beta, *c.minimum()) for c in curves if c.scenario == "E1"
+           and c.solver != "spectral" and c.converged and math.isfinite(c.beta)]
+    fit = None
+    if len({p[1] for p in pts}) >= MIN_FIT_BETAS:
+        _, b, ts, wm = (np.array(v) for v in zip(*pts))
         p = np.polyfit(np.log(b), ts, 1)
         resid = ts - np.polyval(p, np.log(b))
         r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
         eps = np.sqrt(np.log(b + 1) / b)
         q = np.polyfit(np.log(eps), np.log(wm), 1)
-        fits[solver] = {"betas": b, "tstar": ts, "wmin": wm, "slope": p[0], "intercept": p[1],
-                        "r2": r2, "exponent": q[0]}
-        ax[0, 2].plot(np.log(b), ts, "o" + styles[solver], label=(
-            f"{solver}: t* = {p[0]:.2f} log β + {p[1]:.2f}, R² = {r2:.3f}"))
-        ax[1, 0].loglog(eps, wm, "o" + styles[solver], label=f"{solver}: exponent {q[0]:.2f}")
+        fit = {"slope": p[0], "intercept": p[1], "r2": r2, "exponent": q[0]}
+        grid = np.linspace(np.log(b).min(), np.log(b).max(), 50)
+        ax[0, 2].plot(grid, np.polyval(p, grid), color="0.5", lw=0.8, label=(
+            f"t* = {p[0]:.2f} log β + {p[1]:.2f}, R² = {r2:.3f}"))
+        ax[1, 0].loglog(eps, np.exp(np.polyval(q, np.log(eps))), color="0.5", lw=0.8,
+                        label=f"exponent {q[0]:.2f}")
+    for solver in ("particles", "finite_volume"):
+        mine = [(b, ts, wm) for s_, b, ts, wm in pts if s_ == solver]
+        if mine:
+            b, ts, wm = (np.array(v) for v in zip(*mine))
+            ax[0, 2].plot(np.log(b), ts, "o", label=solver)
+            ax[1, 0].loglog(np.sqrt(np.log(b + 1) / b), wm, "o", label=solver)
     ax[0, 2].set_xlabel(r"$\log\beta$")
     ax[0, 2].set_ylabel(r"$t^* = \arg\min_t W_2$")
     ax[0, 2].set_title("closest approach (converged curves, dim E = 1)")
@@ -505,13 +581,25 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str):
                  "times; the other solver's own error is its max |fine−coarse|):", "",
                  table(agree, ["scenario", "beta", "converged solver", "other", "max \\|diff\\|",
                                "other's error", "within"])]
-    for solver, f in fits.items():
-        if f is None:
-            text += ["", f"{solver}: fewer than two converged finite-β curves; no fit."]
-        else:
-            text += ["", f"{solver} (converged β = {', '.join(f'{b:g}' for b in f['betas'])}): "
-                     f"t* = {f['slope']:.3f} log β + {f['intercept']:.3f} (R² = {f['r2']:.4f}); "
-                     f"min W2 ∝ sqrt(log(β+1)/β)^{f['exponent']:.3f}."]
+    listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f}"
+                       for s_, b, ts, wm in pts) or "none"
+    if fit is None:
+        text += ["", f"Converged finite-β curves (dim E = 1): {listed}. Fewer than "
+                 f"{MIN_FIT_BETAS} distinct β: no fit of t*(β) or min W2(β)."]
+    else:
+        text += ["", f"Converged finite-β curves (dim E = 1): {listed}. Fit: t* = "
+                 f"{fit['slope']:.3f} log β + {fit['intercept']:.3f} (R² = {fit['r2']:.4f}); "
+                 f"min W2 ∝ sqrt(log(β+1)/β)^{fit['exponent']:.3f}."]
+    if sensitivity:
+        text += ["", f"Amplification of a change of the start (dim E = 1, {SENSITIVITY_TOKENS} "
+                 f"tokens from the lattice, one run moved by ε = {SENSITIVITY_EPS:g}): "
+                 "max_t |W2 − W2′| / ε, beside the particle curve's own N vs 4N difference. A "
+                 "discretisation error of the start grows by about this factor by the time "
+                 "given, so the whole-interval rule asks the start to be that much more "
+                 "accurate than the threshold. More tokens resolve finer, faster-growing "
+                 "perturbations, so at larger N the factor is larger (docs/methods.md).", "",
+                 table(sensitivity, ["beta", "amplification", "at t",
+                                     "particles: max \|N − 4N\|", "threshold"])]
     text += ["", "Early-phase rates (fitted log-slope; dim E = 2 fits log W2 − ½ log t):", "",
              table(rate_rows, ["scenario", "solver", "beta", "rate", "prediction", "window",
                                "converged"])]
@@ -537,7 +625,7 @@ def main(argv=None):
     scale = ap.add_mutually_exclusive_group()
     scale.add_argument("--quick", action="store_true", help="small resolutions (< 10 min, 2 cores)")
     scale.add_argument("--medium", action="store_true",
-                       help="4x the tokens of --quick, 1.5x the cells (about 6 minutes)")
+                       help="4x the tokens of --quick, 1.5x the cells")
     ap.add_argument("--fresh", action="store_true", help="recompute every piece")
     ap.add_argument("--workers", type=int, default=None,
                     help="processes computing pieces side by side (default: one per core)")
@@ -560,7 +648,8 @@ def main(argv=None):
     # every piece this invocation computes is saved by now: collect only reads, and lists the
     # pieces left out (--report-only, --only-betas) as missing
     curves = collect(plan, store, compute=False, missing=missing)
-    fig, text = report(plan, curves, time.perf_counter() - t0, mode)
+    fig, text = report(plan, curves, time.perf_counter() - t0, mode,
+                       sensitivities(plan, store, curves))
     if missing:
         text = (f"**Partial:** {len(missing)} pieces of the `{mode}` plan were not computed "
                 f"(`--report-only` / `--only-betas`); their curves are missing or fall back to the coarser piece "

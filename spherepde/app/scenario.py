@@ -495,9 +495,10 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         ref = reference_model(cfg)
         report = ref.check_assumptions()
         p = cfg["particles"]
-        x0 = initial_tokens(cfg, mu0, p["n"]).points
+        tokens = initial_tokens(cfg, mu0, p["n"])
+        x0 = tokens.points
         limit = ref.limit_measure(mu0)
-        limit_particles = ref.limit_measure(initial_tokens(cfg, mu0, p["n"]))
+        limit_particles = ref.limit_measure(tokens)
         e = ref.dominant_subspace()[:, 0]
         rate = _fit_zero_temperature_rate(runs, report)
         spectral_note = None if cfg["spectral"]["enabled"] else \
