@@ -2,6 +2,7 @@
 between solvers; each tolerance says where it comes from."""
 import numpy as np
 import pytest
+import scipy.sparse as sps
 
 import spherepde as sp
 from spherepde import wasserstein as W
@@ -345,6 +346,51 @@ def test_newton_converges_the_column_marginals_quadratically():
     assert err <= 1e-12 and it <= 5
     assert np.abs(np.bincount(cols, weights=P, minlength=Y.n) - Y.weights).sum() <= 1e-12
     assert np.abs(np.bincount(rows, weights=P, minlength=X.n) - X.weights).max() <= 1e-14
+
+
+def test_strong_laplacian_is_the_newton_hessian():
+    # With rows summing to a (the soft c-transform makes them exact), the Hessian
+    # M = diag(P^T 1) - P^T diag(1/a) P has zero row sums, so the Laplacian of all the plan's
+    # entries (drop = 0) plus the shift is M + diag(shift) exactly (round-off of the sums,
+    # 1e-15 of the entries); dropping the weak entries keeps a Laplacian (zero row sums).
+    from spherepde.wasserstein import newton as W_newton
+
+    rng = np.random.default_rng(5)
+    n, m = 60, 25
+    dense = rng.random((n, m)) * (rng.random((n, m)) < 0.3)
+    dense[np.arange(n), rng.integers(0, m, n)] += 0.1  # no empty row
+    a = dense.sum(axis=1)
+    indptr = np.r_[0, np.cumsum((dense > 0).sum(axis=1))]
+    idx = np.nonzero(dense)[1].astype(np.int32)
+    P = dense[dense > 0]
+    shift = rng.random(m) * 1e-3
+    for drop in (0.0, 0.2):
+        data, ind, ptr = W_newton._strong_laplacian(indptr, idx, P, a, m, drop, shift, 2)
+        L = sps.csr_matrix((data, ind, ptr), shape=(m, m)).toarray()
+        np.testing.assert_allclose(L.sum(axis=1), shift, atol=1e-14)
+        assert np.allclose(L, L.T, atol=1e-15)
+    M = np.diag(dense.sum(axis=0)) - dense.T @ (dense / a[:, None]) + np.diag(shift)
+    L0 = sps.csr_matrix(W_newton._strong_laplacian(indptr, idx, P, a, m, 0.0, shift, 2),
+                        shape=(m, m)).toarray()
+    np.testing.assert_allclose(L0, M, atol=1e-14)
+
+
+def test_auto_quantizes_the_larger_side_and_says_so(monkeypatch):
+    # Beyond QUANTIZE_MIN_POINTS (lowered here) the larger side stops at a clustering of
+    # quantization error <= QUANTIZE_TOL * tol, recorded in details; the bracket is still a
+    # bracket (exact inside, round-off of O(n) sums, 1e-12).
+    monkeypatch.setattr(W_multiscale, "QUANTIZE_MIN_POINTS", 2000)
+    # Two samples of one law: W2 is small, so the rule's budget, not the coarse one, decides.
+    vmf = sp.measures.VonMisesFisher([1.0, 0, 0], 2.0)
+    mu, nu = sp.PointCloud(vmf.sample(5000, 41)), sp.PointCloud(vmf.sample(1500, 42))
+    tol = 0.05
+    ex = sp.w2(mu, nu, method="exact")
+    ms = sp.w2(mu, nu, method="multiscale", tol=tol)
+    qx, qy = ms.details["quantize"]
+    assert qx == pytest.approx(W_multiscale.QUANTIZE_TOL * tol) and qy < qx
+    assert ms.details["final_levels"][0] < 5000 and ms.details["final_levels"][1] == 1500
+    assert 0 < ms.details["quantization"][0] <= qx
+    assert ms.lower - 1e-12 <= float(ex) <= ms.upper + 1e-12, (ms.lower, float(ex), ms.upper)
 
 
 def test_pruning_negligible_mass_keeps_a_true_bracket():
