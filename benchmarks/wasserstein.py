@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/wasserstein.py                  # clouds, 1e4 and 1e5 a side
     .venv/bin/python benchmarks/wasserstein.py --large          # + 1e6 tokens vs a circle
     .venv/bin/python benchmarks/wasserstein.py --mesh           # + 1e6 tokens vs a 4e5-cell mesh
-                                                                #   (broad density; two caps)
+                                                                #   (broad density; two caps;
+                                                                #   --mesh-tokens for other sizes)
     .venv/bin/python benchmarks/wasserstein.py --threads 2      # numba threads per case
     .venv/bin/python benchmarks/wasserstein.py --circle         # tokens vs a great circle:
                                                                 #   circle solver vs multiscale
@@ -109,9 +110,10 @@ def main():
                     help="tokens vs a 393,216-cell mesh: a broad density and two concentrated caps")
     ap.add_argument("--mesh-tokens", type=int, nargs="*", default=[1_000_000],
                     help="token counts of the --mesh cases")
-    ap.add_argument("--mesh-quantize", type=float, default=3e-3,
-                    help="quantize= for the --mesh cases (0: the solver's default): the tokens "
-                         "stop at a clustering of that quantization error (see docs/methods.md)")
+    ap.add_argument("--mesh-quantize", type=float, default=0.0,
+                    help="quantize= for the --mesh cases (0: the solver's own choice, which "
+                         "stops more than 500,000 tokens at a clustering of quantization error "
+                         "<= 1.5 tol; see docs/methods.md)")
     ap.add_argument("--circle", type=int, nargs="*", default=None,
                     help="tokens vs a great circle at these sizes (default 1e4 1e5 1e6): the "
                          "circle solver against the multiscale path it replaces, in one run")

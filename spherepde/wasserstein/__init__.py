@@ -144,7 +144,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
         (truncation), ``max_iter`` (per final stage), ``check_chunk`` (iterations before the
         first bracket test), ``quantize`` (largest quantization error of a side stopped at a
-        clustering; default from tol and a coarse lower bound on W2), ``newton`` (solve the
+        clustering; default from tol and a coarse lower bound on W2, and 1.5 tol for a side
+        of more than 500,000 points; recorded in ``details["quantize"]``), ``newton`` (solve the
         final levels' stages by Newton instead of Sinkhorn sweeps; default when a side has 32768
         points), ``prune`` (largest mass of a side's lightest points left out of the solve; the
         bracket is widened by what it can move W2), ``seed``, ``verbose``.
