@@ -76,8 +76,11 @@ NEWTON_MIN_POINTS = 32768
 NEWTON_STAGE_ITER = 10
 NEWTON_FINAL_ITER = 30
 NEWTON_MARGINAL_TOL = 1e-8
-#: With quantize=None, the side with more points, if it has more than QUANTIZE_MIN_POINTS, may
-#: stop at a clustering of quantization error up to QUANTIZE_TOL * tol. Solved at its points,
+#: With quantize=None, the side with more points, if it has more than QUANTIZE_MIN_POINTS,
+#: stops at its finest clustering of at most that many clusters when its quantization error
+#: is at most QUANTIZE_TOL * tol (the finest, not the coarsest within the budget: where the
+#: tokens are concentrated a coarser level reaches the budget while W2 is small too, and the
+#: width then misses tol). Solved at its points,
 #: such a side stalls Newton (10^6 tokens against the 393,216-cell mesh: a token keeps one to
 #: four cells in its support; 10^5 tokens and the 393,216 cells converge); the composed coupling then costs about
 #: sqrt(W2^2 + delta^2) - sqrt(W2^2 - delta^2) of width (measured: delta = 2.7e-3 gives
@@ -755,9 +758,11 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
         A side may stop at a clustering whose quantization error (W2 to its barycentres) is
         below this (chordal only). Default: sqrt(tol W2_low / 4), at least tol/2, with W2_low
         a certified lower bound on W2 from the coarsest clusterings (see
-        :func:`_quantization_budget`); for the side with more points, when it has more than
-        ``QUANTIZE_MIN_POINTS``, at least ``QUANTIZE_TOL`` * tol. ``details["quantize"]``
-        records the budget of each side, ``details["quantization"]`` the errors taken.
+        :func:`_quantization_budget`); the side with more points, when it has more than
+        ``QUANTIZE_MIN_POINTS`` and the other side is solved at its points, stops at its
+        finest clustering of at most that many clusters if its error is within
+        ``QUANTIZE_TOL`` * tol. ``details["quantize"]`` records the budget of each side,
+        ``details["quantization"]`` the errors taken.
     newton : bool, optional
         Solve the stages at the final levels, and those whose levels both have
         ``NEWTON_MIN_POINTS`` points, by Newton (:mod:`.newton`) rather than Sinkhorn sweeps.
@@ -795,12 +800,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     else:
         budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
         bx = by = budget
-        if quantize is None and max(hx[-1].n, hy[-1].n) > QUANTIZE_MIN_POINTS:
-            if hx[-1].n >= hy[-1].n:
-                bx = max(budget, QUANTIZE_TOL * tol)
-            else:
-                by = max(budget, QUANTIZE_TOL * tol)
-        fx, fy = _final_level(hx, bx), _final_level(hy, by)
+        fx, fy = _final_level(hx, budget), _final_level(hy, budget)
         if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
             # W2 may be ~0: keep one side at its points so that the lower bound starts from
             # real potentials.
@@ -808,6 +808,20 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 fx = len(hx) - 1
             else:
                 fy = len(hy) - 1
+        if quantize is None and max(hx[-1].n, hy[-1].n) > QUANTIZE_MIN_POINTS:
+            # The larger side, left at its points, stops at its finest clustering of at most
+            # QUANTIZE_MIN_POINTS clusters (the smallest quantization error that still
+            # avoids the stall), if that error is within QUANTIZE_TOL * tol and the other
+            # side is at its points (the lower bound needs one side there).
+            big, f_big, f_other = (hx, fx, fy) if hx[-1].n >= hy[-1].n else (hy, fy, fx)
+            other = hy if big is hx else hx
+            fine = [k for k, L in enumerate(big) if not L.full and L.n <= QUANTIZE_MIN_POINTS]
+            if (big[f_big].full and other[f_other].full and fine
+                    and quantization_error(big[fine[-1]]) <= QUANTIZE_TOL * tol):
+                if big is hx:
+                    fx, bx = fine[-1], QUANTIZE_TOL * tol
+                else:
+                    fy, by = fine[-1], QUANTIZE_TOL * tol
     nlev = max(fx, fy) + 1
     pairs = [(min(k, fx), min(k, fy)) for k in range(nlev)]
     eps = diam / 4
