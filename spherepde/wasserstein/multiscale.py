@@ -231,9 +231,10 @@ def _transpose(indptr, idx, cost, t_indptr, t_idx, t_cost):
 def _insert(indptr, idx, rows, cols):
     """The layout (indptr, idx) with the pairs (rows[k], cols[k]) added (rows sorted)."""
     n = indptr.size - 1
-    out_ptr = indptr.copy()
+    added = np.zeros(n + 1, np.int64)
     for r in rows:
-        out_ptr[r + 1:] += 1
+        added[r + 1] += 1
+    out_ptr = indptr + np.cumsum(added)
     out = np.empty(idx.size + rows.size, idx.dtype)
     k = 0
     for i in range(n):
