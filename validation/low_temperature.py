@@ -18,7 +18,7 @@ Every finished (scenario, solver, beta, resolution) piece is saved atomically un
 recomputes); each records its wall and CPU seconds.
 
 Run:
-    .venv/bin/python validation/low_temperature.py --quick    # 149 s measured on 2 cores
+    .venv/bin/python validation/low_temperature.py --quick    # 6 min on 2 busy cores (load 2-3.5)
     .venv/bin/python validation/low_temperature.py --medium   # 4x the tokens of --quick
     .venv/bin/python validation/low_temperature.py            # the full study (many hours)
 """
