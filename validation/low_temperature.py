@@ -102,7 +102,7 @@ MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
 #: on the late phase amplifies perturbations ~100-fold by t = 14 (measured), hence 10^6 tokens.
 FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
             particles={4.0: [16000, 64000], 16.0: [16000, 64000], 64.0: [16000, 64000],
-                       256.0: [64000, 256000], 1000.0: [250000, 1000000],
+                       256.0: [16000, 64000, 256000], 1000.0: [64000, 256000, 1000000],
                        math.inf: [16000, 64000]},
             finite_volume=[32, 64, 128], spectral=[64, 128])
 
