@@ -91,6 +91,7 @@ VALID = {
     "run.t_end": st.floats(1e-6, 1000),
     "run.n_times": st.integers(2, 10_000),
     "particles.n": st.integers(8, 10**7),  # >= 8: the convergence check runs n // 4
+    "particles.init": st.sampled_from(["auto", "lattice", "sample"]),  # model.d is 3 here
     "particles.seed": st.integers(0, 2**63 - 1),
     "particles.rtol": st.floats(1e-13, 1e-2),
     "spectral.enabled": st.booleans(),
@@ -174,6 +175,8 @@ BAD = {
                              st.floats(2.5, 100.5).filter(lambda x: x != int(x))),
     "particles.n": st.one_of(st.integers(max_value=1), st.integers(min_value=10**7 + 1),
                              finite.filter(lambda x: x != int(x) if math.isfinite(x) else True)),
+    "particles.init": st.one_of(st.integers(), st.text(max_size=8).filter(
+        lambda s: s not in ("auto", "lattice", "sample"))),
     "particles.seed": st.one_of(st.integers(max_value=-1), st.text(max_size=3)),
     "particles.rtol": st.one_of(st.floats(max_value=9e-14), st.floats(min_value=0.011),
                                 non_finite),
