@@ -99,10 +99,17 @@ def _scatter_sum(indptr, idx, P, z, square, m, chunks):
             for p in range(indptr[i], indptr[i + 1]):
                 w = P[p]
                 acc[c, idx[p]] += (w * w if square else w) * zi
+    return _add_chunks(acc)
+
+
+@nb.njit(parallel=True, cache=True)
+def _add_chunks(acc):
+    """The sum over the chunks (rows of acc (chunks, m)) of their column sums, (m,)."""
+    m = acc.shape[1]
     out = np.empty(m)
     for j in nb.prange(m):
         s = 0.0
-        for c in range(chunks):
+        for c in range(acc.shape[0]):
             s += acc[c, j]
         out[j] = s
     return out
@@ -142,13 +149,7 @@ def _evaluate(indptr, idx, cost, v, la, eps, u, P, m, chunks):
             for p in range(lo, hi):
                 P[p] *= scale
                 acc[c, idx[p]] += P[p]
-    col = np.empty(m)
-    for j in nb.prange(m):
-        t = 0.0
-        for c in range(chunks):
-            t += acc[c, j]
-        col[j] = t
-    return col
+    return _add_chunks(acc)
 
 
 @nb.njit(cache=True)
