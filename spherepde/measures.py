@@ -268,13 +268,6 @@ class Uniform(Measure):
         _unit(e, self.d, "e")
         return 0.5
 
-    def lattice(self, n: int) -> PointCloud:
-        """The Fibonacci lattice (S^2) or the equispaced grid (S^1), equal weights."""
-        if self.d not in (2, 3):
-            return super().lattice(n)  # the error for d > 3
-        n = _check_n(n)
-        return PointCloud(fibonacci_lattice(n) if self.d == 3 else CircleGrid(n).points)
-
     def __repr__(self) -> str:
         return f"Uniform(d={self.d})"
 

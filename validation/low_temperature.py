@@ -162,6 +162,13 @@ def _particle_start(scenario, beta, n):
     return model, cloud, limit
 
 
+def _particle_solver(model):
+    # rtol 1e-5: against 1e-6 the W2 curves move by <= 6.3e-6 (N = 4000, beta = 64 and 256,
+    # measured on the main job's scenario), far below the N vs 4N differences that decide
+    # convergence
+    return sp.ParticleSolver(model, kernel="auto", rtol=1e-5, atol=1e-7)
+
+
 def run_particles(scenario, beta, n, times):
     model, cloud, limit = _particle_start(scenario, beta, n)
     x0, w = cloud.points, cloud.weights
@@ -174,10 +181,7 @@ def run_particles(scenario, beta, n, times):
         rows.append((*_w2_bracket(sp.PointCloud(x, w), limit), terminal_fraction(x, w, basis)))
         snaps.append(x[keep].copy())
 
-    # rtol 1e-5: against 1e-6 the W2 curves move by <= 6.3e-6 (N = 4000, beta = 64 and 256,
-    # measured on the main job's scenario), far below the N vs 4N differences that decide
-    # convergence
-    solver = sp.ParticleSolver(model, kernel="auto", rtol=1e-5, atol=1e-7)
+    solver = _particle_solver(model)
     traj = solver.solve(x0, times, w, callback=on_output, every=len(times), tokens=slice(0, 1))
     arr = np.array(rows)
     return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
@@ -229,7 +233,7 @@ def run_sensitivity(scenario, beta, n, times):
     curves = []
     for x0 in (cloud.points, moved):
         rows = []
-        solver = sp.ParticleSolver(model, kernel="auto", rtol=1e-5, atol=1e-7)
+        solver = _particle_solver(model)
         solver.solve(x0, times, cloud.weights, every=len(times), tokens=slice(0, 1),
                      callback=lambda i, t, x: rows.append(float(sp.w2(sp.PointCloud(
                          x, cloud.weights), limit))))
