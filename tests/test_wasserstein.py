@@ -502,6 +502,45 @@ def test_auto_choice_is_recorded(monkeypatch):
         sp.w2(small, small, method="multiscale", batch=10)
 
 
+def _two_caps(n, seed):
+    """Two separated concentrations (vMF caps, kappa 100 and 60, antipodal-ish), sampled:
+    the two sides' caps carry slightly different masses."""
+    law = sp.measures.Mixture([sp.measures.VonMisesFisher(normalize(np.array([0.2, 0.1, 1.0])), 100.0),
+                               sp.measures.VonMisesFisher(normalize(np.array([-0.1, 0.3, -1.0])), 60.0)],
+                              [0.55, 0.45])
+    return sp.PointCloud(law.sample(n, seed))
+
+
+def test_multiscale_on_two_separated_caps_brackets_exact_but_is_wide():
+    """Known defect, pinned: the truncated kernel cuts the plan into the two caps, whose
+    masses differ between the samples, and the Sinkhorn sweeps cannot move that difference
+    across; the bracket stays true but misses tol (measured width 0.034 at tol 2e-3)."""
+    mu, nu = _two_caps(1500, 5), _two_caps(1000, 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    r = sp.w2(mu, nu, method="multiscale", tol=2e-3)
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12  # a true bracket, always
+    assert r.details["tol_met"] == (r.upper - r.lower <= 2e-3)
+    if not r.details["tol_met"]:
+        pytest.xfail(f"multiscale width {r.upper - r.lower:.1e} > 2e-3 on separated caps (known)")
+
+
+def test_auto_falls_back_to_exact_when_the_multiscale_bracket_is_too_wide(monkeypatch):
+    mu, nu = random_cloud(300, seed=1), random_cloud(200, seed=3)
+    from spherepde.wasserstein.result import bracket_result
+
+    # What a stalled multiscale solve could return: a true bracket, [0, 2] on W2.
+    wide = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
+
+    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide)
+    r = sp.w2(mu, nu, tol=1e-3)
+    assert r.method == "exact" and r.upper - r.lower <= 1e-12
+    assert "exact LP" in r.details["auto"] and "multiscale" in r.details["auto"]
+    # Beyond the fallback's size the (true, wide) bracket is returned as it is.
+    monkeypatch.setattr(W, "AUTO_EXACT_FALLBACK_PAIRS", 1000)
+    assert sp.w2(mu, nu, tol=1e-3).upper == 2.0
+
+
 def test_w2_to_limit_circle_bounds():
     # dim E = 2 (V = diag(1, 1, 0.3)): Pi#mu0 is a measure on the equator. The curve's bracket
     # must contain the exact W2 at every time and never exceed the particle coupling bound.
