@@ -8,6 +8,8 @@
     .venv/bin/python benchmarks/wasserstein.py --threads 2      # numba threads per case
     .venv/bin/python benchmarks/wasserstein.py --circle         # tokens vs a great circle:
                                                                 #   circle solver vs multiscale
+    .venv/bin/python benchmarks/wasserstein.py --limit 1000000  # w2_to_limit on an N-token
+                                                                #   trajectory, dim E = 1 and 2
 
 Every case runs in its own process, so the peak memory (max RSS) printed is that case's.
 Times are wall and CPU seconds. "ratio" is multiscale / exact at the same size; "/ref" is
@@ -119,6 +121,8 @@ def main():
                          "circle solver against the multiscale path it replaces, in one run")
     ap.add_argument("--circle-old-max", type=int, default=1_000_000,
                     help="largest size at which the multiscale path also runs")
+    ap.add_argument("--limit", type=int, nargs="*", default=None,
+                    help="w2_to_limit on N-token trajectories, dim E = 1 and 2 (default N = 1e6)")
     ap.add_argument("--tol", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=0, help="numba threads per case (0: numba's default)")
     ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
@@ -134,6 +138,9 @@ def main():
         cases += [(name, n) for name in ("tokens-mesh", "caps-mesh") for n in args.mesh_tokens]
     if args.circle is not None:
         circle_cases(args.circle or [10_000, 100_000, 1_000_000], args)
+        return
+    if args.limit is not None:
+        limit_cases(args.limit or [1_000_000], args)
         return
     ref = None
     for name, n in cases:
@@ -152,6 +159,48 @@ def main():
         print(f"{name:>14} {ms[7]:>8} {ms[8]:>8} {'multiscale':>10} {ms[4]:>8.2f} {ms[5]:>8.2f} "
               f"{ms[6]:>5.2f} {ms[0]:>10.6f} {ms[2] - ms[1]:>9.1e} {ratio} {vs_ref}{inside}",
               flush=True)
+
+
+def limit_run(n, dim_e, threads, queue):
+    """w2_to_limit on a zero-temperature trajectory of n tokens (default scenario's B, vMF
+    start) at t = 0, 2, 6, 14, where the cloud goes from broad to concentrated on the limit."""
+    if threads:
+        import numba
+
+        numba.set_num_threads(threads)
+    from spherepde.sphere import rotation_about_axis
+
+    O = rotation_about_axis([1.0, 1.0, 1.0], 0.9)
+    S = np.diag([1.0, 0.4, 0.0] if dim_e == 1 else [1.0, 1.0, 0.4])
+    model = sp.Model(K=O, V=S @ O, beta=np.inf)
+    x0 = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5).sample(n, 1)
+    w0 = time.perf_counter()
+    traj = sp.ParticleSolver(model, rtol=1e-5, atol=1e-7).solve(x0, [0.0, 2.0, 6.0, 14.0])
+    w1, c1 = time.perf_counter(), time.process_time()
+    curve = sp.w2_to_limit(traj)
+    wall, cpu = time.perf_counter() - w1, time.process_time() - c1
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    queue.put((w1 - w0, wall, cpu, rss, np.asarray(curve.values), np.asarray(curve.lower),
+               np.asarray(curve.upper), list(curve.methods)))
+
+
+def limit_cases(sizes, args):
+    """W2(mu^N_t, Pi#mu^N_0) along an N-token trajectory, dim E = 1 (two atoms) and 2 (a
+    great circle), each case in its own process; "ratio" is the w2_to_limit time over the
+    particle run's."""
+    ctx = mp.get_context("spawn")
+    print(f"{'dim E':>5} {'N':>8} {'solve s':>8} {'limit s':>8} {'CPU s':>7} {'GiB':>5} {'ratio':>6}  "
+          f"W2 [width] at t = 0, 2, 6, 14; methods")
+    for n in sizes:
+        for dim_e in (1, 2):
+            q = ctx.Queue()
+            p = ctx.Process(target=limit_run, args=(n, dim_e, args.threads, q))
+            p.start()
+            solve, wall, cpu, rss, val, lo, hi, methods = q.get()
+            p.join()
+            pts = ", ".join(f"{v:.6f} [{h - l:.1e}]" for v, l, h in zip(val, lo, hi))
+            print(f"{dim_e:>5} {n:>8} {solve:>8.1f} {wall:>8.1f} {cpu:>7.1f} {rss:>5.2f} "
+                  f"{wall / solve:>6.2f}  {pts}; {', '.join(sorted(set(methods)))}", flush=True)
 
 
 def circle_cases(sizes, args):
