@@ -317,6 +317,13 @@ class Curve:
         return (err is not None and len(err) == len(self.times)
                 and bool(np.all(err < CONVERGED_FRACTION * np.min(self.w2))))
 
+    @property
+    def interior_minimum(self) -> bool:
+        """Whether the sampled minimum lies inside the window; at its end the curve is still
+        falling, and t* >= t_end is only a bound."""
+        i = int(np.argmin(self.w2))
+        return 0 < i < len(self.w2) - 1
+
     def minimum(self):
         """(t*, min W2), the minimum refined by a parabola through the three nearest samples."""
         i = int(np.argmin(self.w2))
@@ -500,8 +507,13 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
     # Closest approach and depth, from the converged finite-beta curves of the dim E = 1
     # scenario, whichever solver converged: one point per converged curve; a fit needs three
     # distinct betas (through two, any line fits exactly and R^2 = 1 says nothing).
+    # A curve whose minimum is the window's last sample only bounds t* from below: left out.
     pts = [(c.solver, c.beta, *c.minimum()) for c in curves if c.scenario == "E1"
-           and c.solver != "spectral" and c.converged and math.isfinite(c.beta)]
+           and c.solver != "spectral" and c.converged and math.isfinite(c.beta)
+           and c.interior_minimum]
+    censored = [(c.solver, c.beta, c.times[-1]) for c in curves if c.scenario == "E1"
+                and c.solver != "spectral" and c.converged and math.isfinite(c.beta)
+                and not c.interior_minimum]
     fit = None
     if len({p[1] for p in pts}) >= MIN_FIT_BETAS:
         _, b, ts, wm = (np.array(v) for v in zip(*pts))
@@ -587,6 +599,9 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
                                "other's error", "within"])]
     listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f}"
                        for s_, b, ts, wm in pts) or "none"
+    if censored:
+        listed += (" (left out, converged but still falling at the window's end, t* ≥ t_end: "
+                   + "; ".join(f"{s_} β = {b:g}, t* ≥ {te:g}" for s_, b, te in censored) + ")")
     if fit is None:
         text += ["", f"Converged finite-β curves (dim E = 1): {listed}. Fewer than "
                  f"{MIN_FIT_BETAS} distinct β: no fit of t*(β) or min W2(β)."]
