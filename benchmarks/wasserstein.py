@@ -81,7 +81,7 @@ def make_case(name, n):
     return mu, nu
 
 
-def run(name, n, method, tol, threads, queue, options=None):
+def run(name, n, method, tol, threads, options, queue):
     if threads:
         import numba
 
@@ -94,14 +94,19 @@ def run(name, n, method, tol, threads, queue, options=None):
     queue.put((float(r), r.lower, r.upper, r.method, wall, cpu, rss, mu.n, nu.n))
 
 
-def in_child(name, n, method, tol, threads, options=None):
+def _spawned(target, *args):
+    """target(*args, queue) in a fresh process (its own peak memory); what it puts."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=run, args=(name, n, method, tol, threads, q, options))
+    p = ctx.Process(target=target, args=(*args, q))
     p.start()
     out = q.get()
     p.join()
     return out
+
+
+def in_child(name, n, method, tol, threads, options=None):
+    return _spawned(run, name, n, method, tol, threads, options)
 
 
 def main():
@@ -188,16 +193,11 @@ def limit_cases(sizes, args):
     """W2(mu^N_t, Pi#mu^N_0) along an N-token trajectory, dim E = 1 (two atoms) and 2 (a
     great circle), each case in its own process; "ratio" is the w2_to_limit time over the
     particle run's."""
-    ctx = mp.get_context("spawn")
     print(f"{'dim E':>5} {'N':>8} {'solve s':>8} {'limit s':>8} {'CPU s':>7} {'GiB':>5} {'ratio':>6}  "
           f"W2 [width] at t = 0, 2, 6, 14; methods")
     for n in sizes:
         for dim_e in (1, 2):
-            q = ctx.Queue()
-            p = ctx.Process(target=limit_run, args=(n, dim_e, args.threads, q))
-            p.start()
-            solve, wall, cpu, rss, val, lo, hi, methods = q.get()
-            p.join()
+            solve, wall, cpu, rss, val, lo, hi, methods = _spawned(limit_run, n, dim_e, args.threads)
             pts = ", ".join(f"{v:.6f} [{h - l:.1e}]" for v, l, h in zip(val, lo, hi))
             print(f"{dim_e:>5} {n:>8} {solve:>8.1f} {wall:>8.1f} {cpu:>7.1f} {rss:>5.2f} "
                   f"{wall / solve:>6.2f}  {pts}; {', '.join(sorted(set(methods)))}", flush=True)

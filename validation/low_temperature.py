@@ -508,12 +508,10 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
     # scenario, whichever solver converged: one point per converged curve; a fit needs three
     # distinct betas (through two, any line fits exactly and R^2 = 1 says nothing).
     # A curve whose minimum is the window's last sample only bounds t* from below: left out.
-    pts = [(c.solver, c.beta, *c.minimum()) for c in curves if c.scenario == "E1"
-           and c.solver != "spectral" and c.converged and math.isfinite(c.beta)
-           and c.interior_minimum]
-    censored = [(c.solver, c.beta, c.times[-1]) for c in curves if c.scenario == "E1"
-                and c.solver != "spectral" and c.converged and math.isfinite(c.beta)
-                and not c.interior_minimum]
+    fitted = [c for c in curves if c.scenario == "E1" and c.solver != "spectral"
+              and c.converged and math.isfinite(c.beta)]
+    pts = [(c.solver, c.beta, *c.minimum()) for c in fitted if c.interior_minimum]
+    censored = [(c.solver, c.beta, c.times[-1]) for c in fitted if not c.interior_minimum]
     fit = None
     if len({p[1] for p in pts}) >= MIN_FIT_BETAS:
         _, b, ts, wm = (np.array(v) for v in zip(*pts))

@@ -227,8 +227,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
                                              **options)
         if reason is not None and r.upper - r.lower > tol and _exact_fits(n, m, AUTO_EXACT_FALLBACK_PAIRS):
             width = r.upper - r.lower
-            exact_opts = {k: options[k] for k in ("numItermax",) if k in options}
-            r = _exact.w2_exact(x, a, y, b, cost, **exact_opts)
+            r = _exact.w2_exact(x, a, y, b, cost)  # options were the multiscale solver's
             reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}, so the exact LP "
                        f"(n*m = {n * m:.1e} <= {AUTO_EXACT_FALLBACK_PAIRS:.0e})")
     if reason is not None:
