@@ -31,6 +31,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -203,13 +204,53 @@ def _density_rows(sol, model):
     return np.array(rows)
 
 
-def run_finite_volume(scenario, beta, n, times):
+def run_finite_volume(scenario, beta, n, times, partial=None):
+    """The finite-volume curve, solved one output interval at a time from the last state.
+    With ``partial`` (a path), the rows and the state reached are saved there atomically
+    after every interval and a later call resumes from them: a piece at n = 64 takes hours
+    on one core, longer than one sitting. (Each interval restarts the adaptive step, so a
+    resumed run and an uninterrupted one agree to the step tolerance, not bit for bit.)"""
     model = model_for(scenario, beta)
-    sol = sp.FiniteVolumeSolver(model, n).solve(initial(), times)
-    arr = _density_rows(sol, model)
-    return {"times": np.asarray(sol.times), "w2": arr[:, 0], "lower": arr[:, 1],
-            "upper": arr[:, 2], "terminal": arr[:, 3], "cells": sol.mesh.n_cells
-            if hasattr(sol, "mesh") else -1}
+    solver = sp.FiniteVolumeSolver(model, n)
+    limit = model.limit_measure(initial())
+    basis = dominant_invariant_subspace(model.V)
+    times = np.asarray(times, dtype=float)
+
+    def row(m):
+        return (*_w2_bracket(m, limit), terminal_fraction(m.points, m.weights, basis))
+
+    done, rows, state, spent, spent_cpu = 0, [], initial(), 0.0, 0.0
+    if partial is not None and Path(partial).exists():
+        try:
+            saved = io.load_npz(partial)
+            if np.array_equal(saved["times"], times):
+                done, rows = int(saved["done"]), [tuple(r) for r in saved["rows"]]
+                state, spent = saved["state"], float(saved["seconds"])
+                spent_cpu = float(saved["cpu_seconds"])
+                print(f"    resuming at t = {times[done]:g} ({done}/{len(times) - 1} intervals, "
+                      f"{spent:.0f} s spent)", flush=True)
+        except Exception as exc:  # a damaged checkpoint is ignored, never trusted
+            print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
+    t0, c0 = time.perf_counter(), time.process_time()
+    cells = -1
+    if done == 0:
+        state = initial()
+    while done < len(times) - 1:
+        sol = solver.solve(state, times[done:done + 2])
+        cells = sol.mesh.n_cells if hasattr(sol, "mesh") else -1
+        if done == 0:
+            rows.append(row(sol.measure(0)))
+        rows.append(row(sol.measure(1)))
+        state = sol.coefficients[-1] / solver.mesh.areas  # cell averages, what solve takes
+        done += 1
+        if partial is not None:
+            io.save_npz(partial, times=times, done=np.array(done), rows=np.array(rows),
+                        state=state, seconds=np.array(spent + time.perf_counter() - t0),
+                        cpu_seconds=np.array(spent_cpu + time.process_time() - c0))
+    arr = np.array(rows)
+    return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
+            "terminal": arr[:, 3], "cells": cells,
+            "resumed_seconds": np.array(spent), "resumed_cpu_seconds": np.array(spent_cpu)}
 
 
 def run_spectral(scenario, beta, lmax, times):
@@ -242,6 +283,8 @@ def run_sensitivity(scenario, beta, n, times):
             "eps": np.array(SENSITIVITY_EPS)}
 
 
+#: The runners that save their progress within a piece (``partial=``) and resume from it.
+CHECKPOINTED = {"finite_volume"}
 RUNNERS = {"particles": run_particles, "finite_volume": run_finite_volume, "spectral": run_spectral,
            "sensitivity": run_sensitivity}
 
@@ -272,10 +315,17 @@ def piece(store, scenario, solver, beta, res, times, fresh=False, compute=True):
         return None
     print(f"  running {scenario} {solver} beta={beta_label(beta)} res={res} ...", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
-    data = RUNNERS[solver](scenario, beta, res, times)
-    data["seconds"] = np.array(time.perf_counter() - t0)
-    data["cpu_seconds"] = np.array(time.process_time() - c0)
+    partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
+    if solver in CHECKPOINTED:
+        data = RUNNERS[solver](scenario, beta, res, times, partial=partial)
+    else:
+        data = RUNNERS[solver](scenario, beta, res, times)
+    # A resumed piece counts the time of its earlier sittings too.
+    data["seconds"] = np.array(time.perf_counter() - t0 + float(data.pop("resumed_seconds", 0.0)))
+    data["cpu_seconds"] = np.array(time.process_time() - c0
+                                   + float(data.pop("resumed_cpu_seconds", 0.0)))
     io.save_npz(path, meta=spec, **data)
+    partial.unlink(missing_ok=True)
     print(f"    done in {float(data['seconds']):.1f} s (CPU {float(data['cpu_seconds']):.1f} s)",
           flush=True)
     return io.load_npz(path)
@@ -616,7 +666,7 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
                  "accurate than the threshold. More tokens resolve finer, faster-growing "
                  "perturbations, so at larger N the factor is larger (docs/methods.md).", "",
                  table(sensitivity, ["beta", "amplification", "at t",
-                                     "particles: max \|N − 4N\|", "threshold"])]
+                                     r"particles: max \|N − 4N\|", "threshold"])]
     text += ["", "Early-phase rates (fitted log-slope; dim E = 2 fits log W2 − ½ log t):", "",
              table(rate_rows, ["scenario", "solver", "beta", "rate", "prediction", "window",
                                "converged"])]

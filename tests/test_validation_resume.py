@@ -1,0 +1,62 @@
+"""The low-temperature study's finite-volume pieces save their progress inside a piece and
+resume from it (a piece at n = 64 takes hours, longer than one sitting)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import low_temperature as lt  # noqa: E402
+
+import spherepde as sp  # noqa: E402
+
+TIMES = np.linspace(0.0, 1.0, 5)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_piece_resumes_where_it_stopped_and_matches_an_uninterrupted_one(
+        tmp_path, monkeypatch):
+    whole = lt.run_finite_volume("E1", 4.0, 4, TIMES)
+
+    partial = tmp_path / "piece.partial.npz"
+    calls = {"n": 0}
+    solve = sp.FiniteVolumeSolver.solve
+
+    def failing(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third interval dies, as a killed job would
+            raise Interrupted
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(sp.FiniteVolumeSolver, "solve", failing)
+    with pytest.raises(Interrupted):
+        lt.run_finite_volume("E1", 4.0, 4, TIMES, partial=partial)
+    saved = np.load(partial)
+    assert int(saved["done"]) == 2 and saved["rows"].shape[0] == 3
+
+    calls["n"] = -100  # no more failures; count the intervals the resumed run solves
+    resumed = lt.run_finite_volume("E1", 4.0, 4, TIMES, partial=partial)
+    assert calls["n"] == -100 + 2  # only the two intervals left
+    # The same states are marched from the same saved state: equal to round-off.
+    np.testing.assert_allclose(resumed["w2"], whole["w2"], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(resumed["terminal"], whole["terminal"], rtol=1e-12, atol=1e-15)
+    assert float(resumed["resumed_seconds"]) > 0
+
+
+def test_a_checkpoint_for_other_times_is_not_reused(tmp_path):
+    partial = tmp_path / "piece.partial.npz"
+    lt.run_finite_volume("E1", 4.0, 4, TIMES[:3], partial=partial)
+    out = lt.run_finite_volume("E1", 4.0, 4, TIMES, partial=partial)
+    assert float(out["resumed_seconds"]) == 0.0 and len(out["w2"]) == len(TIMES)
+
+
+def test_piece_removes_its_checkpoint_once_the_piece_is_saved(tmp_path):
+    times = TIMES[:3]
+    data = lt.piece(tmp_path, "E1", "finite_volume", 4.0, 4, times)
+    path, _ = lt.piece_path(tmp_path, "E1", "finite_volume", 4.0, 4, times)
+    assert path.exists() and len(data["w2"]) == 3
+    assert not list(tmp_path.glob("*.partial.npz"))
