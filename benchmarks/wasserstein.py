@@ -70,8 +70,9 @@ def make_case(name, n):
         mix = sp.measures.Mixture([sp.measures.VonMisesFisher([0, 0, 1.0], 4.0),
                                    sp.measures.Uniform(3)], [0.6, 0.4])
         mu = sp.PointCloud(mix.sample(n, 5))
-    elif name == "caps-mesh":
-        nu = caps_mesh_snapshot(256)
+    elif name.startswith("caps-mesh"):
+        # "caps-mesh" on the 6 x 256^2 mesh, "caps-mesh64" on 6 x 64^2 cells (the study's)
+        nu = caps_mesh_snapshot(int(name[len("caps-mesh"):] or 256))
         mu = sp.PointCloud(two_caps().sample(n, 5))
     elif name == "tokens-circle":
         mu = sp.PointCloud(sp.measures.VonMisesFisher([0.3, 0.2, 1.0], 1.0).sample(n, 4))
@@ -128,6 +129,10 @@ def main():
                     help="largest size at which the multiscale path also runs")
     ap.add_argument("--limit", type=int, nargs="*", default=None,
                     help="w2_to_limit on N-token trajectories, dim E = 1 and 2 (default N = 1e6)")
+    ap.add_argument("--quantized", type=int, nargs="*", default=None,
+                    help="two-cap tokens (default 1e5 1e6) against the caps' cell masses on "
+                         "the 6 x 64^2 mesh: the exact solve between clusterings beside the "
+                         "multiscale solver, in one run")
     ap.add_argument("--tol", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=0, help="numba threads per case (0: numba's default)")
     ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
@@ -146,6 +151,14 @@ def main():
         return
     if args.limit is not None:
         limit_cases(args.limit or [1_000_000], args)
+        return
+    if args.quantized is not None:
+        for n in args.quantized or [100_000, 1_000_000]:
+            for method in ("quantized", "multiscale"):
+                r = in_child("caps-mesh64", n, method, args.tol, args.threads)
+                print(f"{'caps-mesh64':>14} {r[7]:>8} {r[8]:>8} {method:>10} {r[4]:>8.2f} "
+                      f"{r[5]:>8.2f} {r[6]:>5.2f} {r[0]:>10.6f} {r[2] - r[1]:>9.1e}  "
+                      f"[{r[1]:.6f}, {r[2]:.6f}]", flush=True)
         return
     ref = None
     for name, n in cases:

@@ -524,21 +524,99 @@ def test_multiscale_on_two_separated_caps_brackets_exact_but_is_wide():
         pytest.xfail(f"multiscale width {r.upper - r.lower:.1e} > 2e-3 on separated caps (known)")
 
 
-def test_auto_falls_back_to_exact_when_the_multiscale_bracket_is_too_wide(monkeypatch):
+def test_auto_falls_back_when_the_multiscale_bracket_is_too_wide(monkeypatch):
     mu, nu = random_cloud(300, seed=1), random_cloud(200, seed=3)
+    ex = float(sp.w2(mu, nu, method="exact"))
     from spherepde.wasserstein.result import bracket_result
 
     # What a stalled multiscale solve could return: a true bracket, [0, 2] on W2.
     wide = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
-
     monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
     monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide)
+    # First the exact solve between clusterings, here the exact LP at the points (300 x 200
+    # fit), intersected with the wide bracket.
+    r = sp.w2(mu, nu, tol=1e-3)
+    assert r.method == "quantized" and "clusterings" in r.details["auto"]
+    assert r.upper - r.lower <= 1e-12 and float(r) == pytest.approx(ex, abs=1e-12)
+    # Where that misses tol too (here: a stub that returns a true but wide bracket, [0.5 ex,
+    # 1.5 ex]), the intersection is kept and, within AUTO_EXACT_FALLBACK_PAIRS, the exact LP
+    # is run after all.
+    half = bracket_result((1.5 * ex) ** 2, (0.5 * ex) ** 2, "chordal", "quantized", {})
+    monkeypatch.setattr(W._quantized, "w2_quantized", lambda *args, **kw: half)
     r = sp.w2(mu, nu, tol=1e-3)
     assert r.method == "exact" and r.upper - r.lower <= 1e-12
-    assert "exact LP" in r.details["auto"] and "multiscale" in r.details["auto"]
-    # Beyond the fallback's size the (true, wide) bracket is returned as it is.
+    assert "clusterings" in r.details["auto"] and "exact LP" in r.details["auto"]
     monkeypatch.setattr(W, "AUTO_EXACT_FALLBACK_PAIRS", 1000)
-    assert sp.w2(mu, nu, tol=1e-3).upper == 2.0
+    r = sp.w2(mu, nu, tol=1e-3)
+    assert (r.lower, r.upper) == pytest.approx((0.5 * ex, 1.5 * ex), abs=1e-12)
+    # The geodesic cost has neither fallback here: the (true, wide) bracket is returned.
+    wide_geo = bracket_result(4.0, 0.0, "geodesic", "multiscale", {})
+    monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide_geo)
+    assert sp.w2(mu, nu, cost="geodesic", tol=1e-3).upper == 2.0
+
+
+# ------------------------------------------------------------------- quantized (exact between
+# clusterings): certified on the original points whatever the clustering
+def _mesh_snapshot(n, law):
+    from spherepde.sphere.cubed_sphere import CubedSphere
+
+    mesh = CubedSphere(n)
+    return sp.PointCloud(mesh.centers, mesh.integrate_cells(law.density), normalize=True)
+
+
+def test_quantized_is_the_exact_lp_when_the_points_fit():
+    mu, nu = random_cloud(300, seed=1), random_cloud(200, seed=3)
+    r = sp.w2(mu, nu, method="quantized")
+    assert r.details["levels"] == (300, 200) and r.details["quantization"] == (0.0, 0.0)
+    assert r.upper - r.lower <= 1e-12
+    assert float(r) == pytest.approx(float(sp.w2(mu, nu, method="exact")), abs=1e-12)
+
+
+@pytest.mark.parametrize("max_pairs", [1024 * 1000, 600 * 1000, 256 * 256])
+def test_quantized_brackets_exact_on_two_separated_caps_at_any_clustering(max_pairs):
+    """The multiscale solver's known failure case (1500 x 1000 tokens of two caps whose masses
+    differ between the samples). Clustered to fit max_pairs, the bracket stays true, and its
+    upper end obeys the a-priori bound sqrt((W2 + dx + dy)^2 + dx^2 + dy^2) of the composed
+    coupling (the clustered W2 is within dx + dy of W2; the offsets add dx^2 + dy^2)."""
+    mu, nu = _two_caps(1500, 5), _two_caps(1000, 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    r = sp.w2(mu, nu, method="quantized", max_pairs=max_pairs, tol=1e-9)
+    dx, dy = r.details["quantization"]
+    assert r.details["pairs"] <= max_pairs and (dx > 0 or dy > 0)
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    assert r.upper <= np.sqrt((ex + dx + dy) ** 2 + dx**2 + dy**2) + 1e-12
+    # tol = 1e-9 cannot be met by a clustering: each budget (max_pairs/16, /4, /1) was tried
+    # once (those that fit a new clustering), and the bounds kept are the best of them.
+    solves = r.details["solves"]
+    assert len(solves) >= 1 and not r.details["tol_met"]
+    assert r.lower == pytest.approx(max(s["lower"] for s in solves), abs=1e-12)
+    assert r.upper == pytest.approx(min(s["upper"] for s in solves), abs=1e-12)
+
+
+def test_quantized_meets_tol_on_a_concentrated_cloud_against_a_mesh_snapshot():
+    """5000 tokens of one vMF cap (kappa 100) against its cell masses on the 6 x 32^2 mesh:
+    W2 is 0.0208, so the entropic multiscale bracket needs eps far below the cell size and
+    stalls (measured [0, 0.112] in 20 s); the exact solve between clusterings closes it to
+    tol with 2048 token clusters (~2 s). Most cells carry < 1e-30 of the mass and are pruned
+    (the bracket is widened by what they can move). The reference is the exact LP against
+    the 1345 cells of mass > 1e-20: dropping the others moves W2 by < sqrt(4 * 6144 * 1e-20)
+    = 1.6e-8."""
+    law = sp.measures.VonMisesFisher(normalize(np.array([0.2, 0.1, 1.0])), 100.0)
+    mu, nu = sp.PointCloud(law.sample(5000, 5)), _mesh_snapshot(32, law)
+    r = sp.w2(mu, nu, method="quantized", tol=2e-3, max_pairs=2048 * 746)
+    assert r.details["pruned"][1] > 5000 and r.details["tol_met"]
+    keep = nu.weights > 1e-20
+    ex = float(sp.w2(mu, sp.PointCloud(nu.points[keep], nu.weights[keep], normalize=True),
+                     method="exact"))
+    assert r.lower - 2e-8 <= ex <= r.upper + 2e-8
+
+
+def test_quantized_rejects_the_geodesic_cost_and_unknown_options():
+    mu, nu = random_cloud(30, seed=1), random_cloud(20, seed=3)
+    with pytest.raises(ValueError, match="chordal"):
+        sp.w2(mu, nu, cost="geodesic", method="quantized")
+    with pytest.raises(TypeError, match="unknown option.*quantized"):
+        sp.w2(mu, nu, method="quantized", theta=3.0)
 
 
 def test_w2_to_limit_circle_bounds():

@@ -22,6 +22,13 @@ above), its cost and the method that produced it.
     One side lies on a great circle (the dim E = 2 limit): chordal W2 reduces to a planar
     problem between the projected points and the circle, solved by alternating angular
     north-west couplings (above) with exact c-transforms (below) in O((n + m) log(n + m)).
+``quantized`` (:mod:`.quantized`, chordal cost)
+    The network simplex between clusterings of the two clouds (as many cluster pairs as
+    ``QUANTIZED_MAX_PAIRS``), certified on the original points: the composed coupling's cost
+    above (exact from the barycentres), doubly c-transformed duals below. Its width is about
+    (δ_x² + δ_y²)/W2 for quantization errors δ, whatever the shape of the measures: it is
+    what "auto" falls back to where the multiscale bracket misses tol on concentrated
+    measures.
 ``multiscale`` (:mod:`.multiscale`)
     ε-scaling log-domain Sinkhorn on a hierarchy of clusterings with a truncated (sparse)
     kernel, and Newton on the semi-dual (:mod:`.newton`) at the final levels of large
@@ -47,6 +54,7 @@ from ..measures import as_point_cloud
 from . import circle as _circle
 from . import exact as _exact
 from . import multiscale as _multiscale
+from . import quantized as _quantized
 from . import semidiscrete as _semidiscrete
 from .costs import COSTS, check_cost, cost_matrix
 from .limit import W2Curve, coupling_bound, w2_to_limit
@@ -55,7 +63,7 @@ from .result import W2Result
 __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
            "COSTS", "METHODS", "AUTO_EXACT_PAIRS", "AUTO_EXACT_FALLBACK_PAIRS"]
 
-METHODS = ("auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn")
+METHODS = ("auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized")
 
 #: "auto" solves exactly up to this many pairs n·m (and the multiscale solver beyond): the
 #: crossover measured by benchmarks/wasserstein.py, where the network simplex and the
@@ -65,8 +73,8 @@ AUTO_EXACT_PAIRS = 6_000_000
 #: is available: the multiscale bracket closes like eps, and eps is limited by the point
 #: spacing.
 MULTISCALE_MIN_TOL = 1e-5
-#: When the multiscale bracket chosen by "auto" misses tol, the exact LP is run instead up to
-#: this many pairs (10^4 points a side: ~1 minute and 4.5 GB), memory permitting. The
+#: When the multiscale bracket chosen by "auto" misses tol, and so does the exact solve
+#: between clusterings (:mod:`.quantized`), the exact LP is run up to this many pairs (10^4 points a side: ~1 minute and 4.5 GB), memory permitting. The
 #: multiscale solver misses tol where the truncated kernel cuts a measure into pieces whose
 #: masses differ on the two sides (two separated concentrations sampled unevenly): its
 #: Sinkhorn sweeps cannot move the difference across (measured: 1500 x 1000 tokens of two
@@ -94,6 +102,22 @@ def _exact_fits(n, m, max_pairs):
     """Whether the exact LP on n x m points stays within max_pairs and the free memory."""
     avail = _exact._available_memory()
     return n * m <= max_pairs and (avail is None or _exact.EXACT_BYTES_PER_PAIR * n * m <= avail)
+
+
+def _intersect(first, second):
+    """Both brackets are certified, so their intersection is too: the result of the one with
+    the narrower bracket, with the other's bound where it is better (both recorded)."""
+    from .result import bracket_result
+
+    best, other = (second, first) if second.upper - second.lower <= first.upper - first.lower else (first, second)
+    lower, upper = max(best.lower, other.lower), min(best.upper, other.upper)
+    if lower == best.lower and upper == best.upper:
+        return best
+    details = dict(best.details, intersected_with=(other.method, other.lower, other.upper))
+    r = bracket_result(upper**2, lower**2, best.cost, best.method, details)
+    if "tol" in details:
+        r.details["tol_met"] = bool(r.upper - r.lower <= details["tol"])
+    return r
 
 
 def _choose(n, m, cost, tol):
@@ -136,14 +160,17 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         ``to_point_cloud()``, ``(points, weights)`` pairs, (n, d) arrays.
     cost : {"chordal", "geodesic"}
         :math:`|x-y|^2` or :math:`\arccos(\langle x,y\rangle)^2`.
-    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn"}
+    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized"}
         "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
         atoms; then, for the chordal cost, circle when a side lies on a great circle (in
         ``plane`` when given) unless tol < 1e-5 asks for the exact LP, falling back to the
         next choice when its bracket is wider than tol; exact up to n·m =
         ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory allows), multiscale beyond,
-        and the exact LP after all when the multiscale bracket is wider than tol and n·m
-        <= ``AUTO_EXACT_FALLBACK_PAIRS``; ``details["auto"]`` says why.
+        and, when the multiscale bracket is wider than tol, the exact solve between
+        clusterings ("quantized", chordal; the exact LP at the points when they fit after
+        pruning), its bracket intersected with the multiscale one, and if that still misses
+        tol the exact LP up to n·m = ``AUTO_EXACT_FALLBACK_PAIRS``; ``details["auto"]`` says
+        why.
     tol : float, optional
         Target width ``upper - lower`` of the bracket on W2 (default 1e-3) for the multiscale
         solver; the exact solvers close it to round-off.
@@ -159,6 +186,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         final levels' stages by Newton instead of Sinkhorn sweeps; default when a side has 32768
         points), ``prune`` (largest mass of a side's lightest points left out of the solve; the
         bracket is widened by what it can move W2), ``seed``, ``verbose``.
+        quantized: ``max_pairs`` (cluster pairs given to the network simplex; default
+        ``QUANTIZED_MAX_PAIRS``, capped by half the free memory), ``seed``.
 
     Returns
     -------
@@ -218,6 +247,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         r = _circle.w2_circle(xs, as_, yc, bc, cost, plane=U, tol=tol, **options)
     elif method == "exact":
         r = _exact.w2_exact(x, a, y, b, cost, **options)
+    elif method == "quantized":
+        r = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, **options)
     elif method == "semidiscrete":
         # The cost is symmetric, so the smaller side can always play the atoms.
         r = (_semidiscrete.w2_semidiscrete(x, a, y, b, cost, **options) if m <= n
@@ -225,6 +256,12 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     else:
         r = _multiscale.w2_multiscale_result(x, a, y, b, cost, tol=tol, nu_levels=nu_levels,
                                              **options)
+        if reason is not None and r.upper - r.lower > tol and cost == "chordal":
+            width = r.upper - r.lower
+            q = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0))
+            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}, so the exact solve between "
+                       f"clusterings (bracket {q.upper - q.lower:.1e})")
+            r = _intersect(r, q)
         if reason is not None and r.upper - r.lower > tol and _exact_fits(n, m, AUTO_EXACT_FALLBACK_PAIRS):
             width = r.upper - r.lower
             r = _exact.w2_exact(x, a, y, b, cost)  # options were the multiscale solver's
