@@ -675,3 +675,17 @@ def test_cone_tree_searches_are_exact(case, cost):
     indptr, idx = ConeTree(x).fit(f).within(y, thr, cost)
     for j in range(len(y)):
         assert set(idx[indptr[j]:indptr[j + 1]]) == set(np.flatnonzero(R[:, j] <= thr[j]))
+
+
+def test_intersecting_two_certified_brackets_keeps_the_best_bound_of_each():
+    from spherepde.wasserstein.result import bracket_result
+
+    a = bracket_result(0.30**2, 0.10**2, "chordal", "multiscale", {"tol": 1e-3})
+    b = bracket_result(0.25**2, 0.04**2, "chordal", "quantized", {"tol": 1e-3})  # wider
+    r = W._intersect(a, b)
+    assert (r.lower, r.upper) == pytest.approx((0.10, 0.25), abs=1e-15)
+    assert r.method == "multiscale" and r.details["intersected_with"][0] == "quantized"
+    assert r.lower <= float(r) <= r.upper and not r.details["tol_met"]
+    # One bracket inside the other: the inner one, unchanged.
+    inner = bracket_result(0.2**2, 0.15**2, "chordal", "quantized", {})
+    assert W._intersect(a, inner) is inner

@@ -58,7 +58,7 @@ from . import quantized as _quantized
 from . import semidiscrete as _semidiscrete
 from .costs import COSTS, check_cost, cost_matrix
 from .limit import W2Curve, coupling_bound, w2_to_limit
-from .result import W2Result
+from .result import W2Result, bracket_result
 
 __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
            "COSTS", "METHODS", "AUTO_EXACT_PAIRS", "AUTO_EXACT_FALLBACK_PAIRS"]
@@ -74,7 +74,8 @@ AUTO_EXACT_PAIRS = 6_000_000
 #: spacing.
 MULTISCALE_MIN_TOL = 1e-5
 #: When the multiscale bracket chosen by "auto" misses tol, and so does the exact solve
-#: between clusterings (:mod:`.quantized`), the exact LP is run up to this many pairs (10^4 points a side: ~1 minute and 4.5 GB), memory permitting. The
+#: between clusterings (:mod:`.quantized`), the exact LP is run up to this many pairs (10^4
+#: points a side: ~1 minute and 4.5 GB), memory permitting. The
 #: multiscale solver misses tol where the truncated kernel cuts a measure into pieces whose
 #: masses differ on the two sides (two separated concentrations sampled unevenly): its
 #: Sinkhorn sweeps cannot move the difference across (measured: 1500 x 1000 tokens of two
@@ -107,9 +108,8 @@ def _exact_fits(n, m, max_pairs):
 def _intersect(first, second):
     """Both brackets are certified, so their intersection is too: the result of the one with
     the narrower bracket, with the other's bound where it is better (both recorded)."""
-    from .result import bracket_result
-
-    best, other = (second, first) if second.upper - second.lower <= first.upper - first.lower else (first, second)
+    narrower = second.upper - second.lower <= first.upper - first.lower
+    best, other = (second, first) if narrower else (first, second)
     lower, upper = max(best.lower, other.lower), min(best.upper, other.upper)
     if lower == best.lower and upper == best.upper:
         return best
