@@ -689,3 +689,18 @@ def test_intersecting_two_certified_brackets_keeps_the_best_bound_of_each():
     # One bracket inside the other: the inner one, unchanged.
     inner = bracket_result(0.2**2, 0.15**2, "chordal", "quantized", {})
     assert W._intersect(a, inner) is inner
+
+
+def test_quantized_clusters_too_large_to_refine_keep_the_composed_coupling(monkeypatch):
+    """With no refinement allowed, the upper bound is the composed coupling's exact cost,
+    W2(clustered)^2 + dx^2 + dy^2, and the bracket still holds the exact value."""
+    from spherepde.wasserstein import quantized as Q
+
+    mu, nu = _two_caps(1500, 5), _two_caps(1000, 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    monkeypatch.setattr(Q, "REFINE_MAX_ENTRIES", 0)
+    r = sp.w2(mu, nu, method="quantized", max_pairs=256 * 256, tol=1e-9)
+    s = r.details["solves"][-1]
+    assert s["clusters_not_refined"] > 0
+    assert s["upper"] == pytest.approx(s["composed_upper_w2"], rel=1e-12)
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12

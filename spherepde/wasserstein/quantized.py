@@ -51,6 +51,11 @@ QUANTIZED_MAX_PAIRS = 50_000_000
 #: Refinement factor between clusterings: finer steps than the multiscale solver's 4, so that
 #: the finest clustering within the budget uses most of it.
 REFINE = 2
+#: The exact transport inside a cluster of X (:func:`_refine`) is solved only when its cost
+#: matrix has at most this many entries (points of the cluster x points it sends to); a larger
+#: one keeps the composed coupling (coarse clusterings of big clouds would otherwise cost
+#: minutes of dense solves).
+REFINE_MAX_ENTRIES = 1_000_000
 #: Mass left out of each side (its lightest points), relative to tol^2 / diameter: the
 #: bracket is widened by what it can move W2 (see :func:`.multiscale._prune`).
 PRUNE = 200
@@ -97,7 +102,11 @@ def _refine(X, Y, XF, YF, k, l, mass, u):
     (the mean cost over the cluster), they are a potential on the points of X at the
     resolution of the points (the coarse duals set only the offsets between clusters).
 
-    Returns (its cost, that potential on the points of XF)."""
+    A cluster whose transport has more than ``REFINE_MAX_ENTRIES`` cost entries keeps the
+    composed coupling and the constant potential u_k + o_k.
+
+    Returns (its cost, that potential on the points of XF, the number of clusters kept
+    composed)."""
     import ot
 
     xo, xs = _members(X, XF)
@@ -105,13 +114,23 @@ def _refine(X, Y, XF, YF, k, l, mass, u):
     order = np.argsort(k, kind="stable")
     k, l, mass = k[order], l[order], mass[order]
     bounds = np.searchsorted(k, np.arange(X.n + 1))
+    # The composed coupling's cost of each pair of clusters (what a cluster keeps when its
+    # transport is too large to solve).
+    composed = mass * (np.maximum(2.0 - 2.0 * np.einsum("pd,pd->p", X.points[k], Y.points[l]), 0.0)
+                       + X.offset[k] + Y.offset[l])
     total = 0.0
     f = np.zeros(XF.n)
+    skipped = 0
     for c in range(X.n):
         lo, hi = bounds[c], bounds[c + 1]
         if lo == hi:
             continue
         xi = xo[xs[c]:xs[c + 1]]
+        if xi.size * int(np.sum(ys[l[lo:hi] + 1] - ys[l[lo:hi]])) > REFINE_MAX_ENTRIES:
+            total += float(composed[lo:hi].sum())
+            f[xi] = u[c] + X.offset[c]
+            skipped += 1
+            continue
         parts = [yo[ys[j]:ys[j + 1]] for j in l[lo:hi]]
         yj = np.concatenate(parts)
         share = np.concatenate([mass[p] * YF.weights[q] / Y.weights[j]
@@ -125,7 +144,7 @@ def _refine(X, Y, XF, YF, k, l, mass, u):
         total += float(np.sum(G * M))
         alpha = np.asarray(log["u"], float)
         f[xi] = alpha - (ax @ alpha) / ax.sum() + u[c] + X.offset[c]
-    return total, f
+    return total, f, skipped
 
 
 def _solve(X, Y, XF, YF, cost):
@@ -150,9 +169,9 @@ def _solve(X, Y, XF, YF, cost):
     composed = clustered + float(X.weights @ X.offset) + float(Y.weights @ Y.offset)
     upper = composed
     u, v = np.asarray(log["u"], float), np.asarray(log["v"], float)
-    f_fine = None
+    f_fine, skipped = None, 0
     if not (X.full and Y.full):
-        refined, f_fine = _refine(X, Y, XF, YF, k, l, mass, u)
+        refined, f_fine, skipped = _refine(X, Y, XF, YF, k, l, mass, u)
         upper = min(upper, refined)
     t_refine = time.perf_counter() - t0 - t_lp
 
@@ -169,7 +188,7 @@ def _solve(X, Y, XF, YF, cost):
                "quantization": (quantization_error(X), quantization_error(Y)),
                "clustered_w2": float(np.sqrt(max(clustered, 0.0))),
                "composed_upper_w2": float(np.sqrt(max(composed, 0.0))),
-               "seconds_lp": t_lp, "seconds_refine": t_refine,
+               "clusters_not_refined": skipped, "seconds_lp": t_lp, "seconds_refine": t_refine,
                "seconds_lower": time.perf_counter() - t0 - t_lp - t_refine}
     figures["lower_bounds"] = {name: float(np.sqrt(max(val, 0.0))) for name, val in lows.items()}
     return max(lows.values()), upper, figures
