@@ -690,6 +690,15 @@ def _prune(x, a, tau):
     return x[keep], a[keep] / a[keep].sum(), t
 
 
+def _widen(lower, upper, slack):
+    """A bracket (lower, upper) on W2^2 between the pruned measures, widened into one between
+    the original measures: each pruned side is within its share of ``slack`` of its original
+    in W2 (:func:`_prune`; triangle inequality). -inf stays -inf (no lower bound yet)."""
+    if lower > -np.inf:
+        lower = max(np.sqrt(max(lower, 0.0)) - slack, 0.0) ** 2
+    return lower, (np.sqrt(max(upper, 0.0)) + slack) ** 2
+
+
 def _keep_best(lower, upper, resid, lo, hi, res):
     """Each bound is valid on its own: keep the best of each (with the upper one's residual
     mass), and the width sqrt(U) - sqrt(L) on W2."""
@@ -983,9 +992,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
             if last:
                 eps = max(eps, final_eps_floor)
     if slack > 0:
-        # The bracket was on the pruned measures: widen it by their distances (_prune).
-        lower = max(np.sqrt(max(lower, 0.0)) - slack, 0.0) ** 2 if lower > -np.inf else lower
-        upper = (np.sqrt(max(upper, 0.0)) + slack) ** 2
+        lower, upper = _widen(lower, upper, slack)
     details = {"n": n0, "m": m0, "epsilon": eps, "iterations": total_iter,
                "pruned": (n0 - len(a), m0 - len(b)), "pruned_mass": (tau_x, tau_y),
                "levels": [(hx[i].n, hy[j].n) for i, j in pairs], "nnz": S.nnz,

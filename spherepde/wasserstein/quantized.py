@@ -39,7 +39,7 @@ import numpy as np
 
 from .costs import cost_diameter
 from .exact import EXACT_BYTES_PER_PAIR, _available_memory
-from .multiscale import _lower_bound, _prune, hierarchy, quantization_error
+from .multiscale import _lower_bound, _prune, _widen, hierarchy, quantization_error
 from .result import bracket_result, reject_options
 
 __all__ = ["w2_quantized", "QUANTIZED_MAX_PAIRS"]
@@ -236,12 +236,11 @@ def w2_quantized(x, a, y, b, cost="chordal", tol=1e-3, max_pairs=None, seed=0, *
         lower, upper = max(lower, lo), min(upper, hi)
         solves.append(dict(figures, lower=float(np.sqrt(max(lo, 0.0))),
                            upper=float(np.sqrt(max(hi, 0.0)))))
-        width = (np.sqrt(max(upper, 0.0)) + slack) - max(np.sqrt(max(lower, 0.0)) - slack, 0.0)
-        if width <= tol:
+        wide_lo, wide_hi = _widen(lower, upper, slack)
+        if np.sqrt(wide_hi) - np.sqrt(wide_lo) <= tol:
             break
     if slack > 0:
-        lower = max(np.sqrt(max(lower, 0.0)) - slack, 0.0) ** 2
-        upper = (np.sqrt(max(upper, 0.0)) + slack) ** 2
+        lower, upper = _widen(lower, upper, slack)
     last = solves[-1]
     details = {"n": n0, "m": m0, "levels": last["levels"], "pairs": last["pairs"],
                "quantization": last["quantization"], "solves": solves,
