@@ -611,6 +611,30 @@ def test_quantized_meets_tol_on_a_concentrated_cloud_against_a_mesh_snapshot():
     assert r.lower - 2e-8 <= ex <= r.upper + 2e-8
 
 
+def test_multiscale_stops_when_its_continuation_breaks_down():
+    """2000 tokens of one vMF cap (kappa 100) against its cell masses on the 6 x 16^2 mesh:
+    the stages' marginal error climbs past DIVERGED_ERR (measured 1.17) and every later stage
+    would only stall. The solve stops after DIVERGED_STAGES such stages in a row, says so,
+    and what it returns is still a true bracket. Broad clouds never trigger it."""
+    law = sp.measures.VonMisesFisher(normalize(np.array([0.2, 0.1, 1.0])), 100.0)
+    mu, nu = sp.PointCloud(law.sample(2000, 3)), _mesh_snapshot(16, law)
+    r = sp.w2(mu, nu, method="multiscale", tol=2e-3)
+    assert "broke down" in r.details["stopped"] and not r.details["tol_met"]
+    errs = [e["err"] for e in r.details["stages"]]
+    k = W_multiscale.DIVERGED_STAGES
+    assert all(e > W_multiscale.DIVERGED_ERR for e in errs[-k:])
+    # it stopped at the first run of k bad stages, not later
+    assert not any(all(e > W_multiscale.DIVERGED_ERR for e in errs[i:i + k])
+                   for i in range(len(errs) - k))
+    ex = float(sp.w2(mu, nu, method="exact"))
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    broad = sp.w2(random_cloud(2000, seed=4), random_cloud(1500, seed=6), method="multiscale",
+                  tol=2e-3)
+    # (measured: its stages end with errors <= 0.016)
+    assert "stopped" not in broad.details
+    assert max(e["err"] for e in broad.details["stages"]) < 0.1 * W_multiscale.DIVERGED_ERR
+
+
 def test_quantized_rejects_the_geodesic_cost_and_unknown_options():
     mu, nu = random_cloud(30, seed=1), random_cloud(20, seed=3)
     with pytest.raises(ValueError, match="chordal"):
