@@ -259,8 +259,9 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         if reason is not None and r.upper - r.lower > tol and cost == "chordal":
             width = r.upper - r.lower
             q = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0))
-            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}, so the exact solve between "
-                       f"clusterings (bracket {q.upper - q.lower:.1e})")
+            why = (f" (it gave up: {r.details['stopped']})" if "stopped" in r.details else "")
+            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}{why}, so the exact solve "
+                       f"between clusterings (bracket {q.upper - q.lower:.1e})")
             r = _intersect(r, q)
         if reason is not None and r.upper - r.lower > tol and _exact_fits(n, m, AUTO_EXACT_FALLBACK_PAIRS):
             width = r.upper - r.lower
