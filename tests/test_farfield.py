@@ -67,6 +67,45 @@ def test_far_field_matches_the_direct_kernel(d, kind, kappa):
         assert stats["direct_terms"] < 0.5 * count.sum()
 
 
+@pytest.mark.parametrize("kind", ["tight", "spread"])
+def test_query_lower_bounds_are_bounds_and_shared_within_tight_leaves(kind):
+    """The lower bound of log s at every query, which the dropping of pairs rests on: at
+    or below the exact log-sum-exp, whether a query tree leaf shares one search (queries
+    within SHARED_BOUND_RADIUS of its first one: the clustered queries here) or searches per
+    query (the spread ones)."""
+    from spherepde.interaction import farfield as ff
+
+    rng = np.random.default_rng(5)
+    y, w = cloud("two", 3, 3000, rng)
+    if kind == "tight":  # two clusters of width 1e-4 (late in a run): 0.1 apart at |q| = 1000
+        sign = np.where(rng.random(2000) < 0.5, 1.0, -1.0)
+        q = unit(sign[:, None] * np.eye(3)[0] + 1e-4 * rng.standard_normal((2000, 3)))
+    else:
+        q = cloud("spread", 3, 2000, rng)[0]
+    q = 1000.0 * q @ rotation(3, rng).T
+    qidx, qlo, qhi, qchild, *_ = ff._build(q, ff.LEAF_SIZE)
+    qs = np.ascontiguousarray(q[qidx])
+    far = FarField(y, w)
+    lam = np.empty(len(qs))
+    ff._lower_bounds(qs, qlo, qhi, qchild, far._y, far._logw, float(far._logw.max()), far._lo,
+                     far._hi, far._child, far._cen, far._fr, far._ext, far._logW,
+                     ff.LOWER_BOUND_VISITS, ff.SHARED_BOUND_RADIUS, lam)
+    logits = qs @ far._y.T + far._logw
+    top = logits.max(axis=1)
+    exact = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+    assert np.all(lam <= exact + 1e-9 * np.abs(exact))
+    leaves = np.flatnonzero(qchild < 0)
+    radius = np.array([np.linalg.norm(qs[qlo[k]:qhi[k]] - qs[qlo[k]], axis=1).max()
+                       for k in leaves])
+    shared = radius <= ff.SHARED_BOUND_RADIUS
+    assert shared.all() if kind == "tight" else not shared.any()
+    # a shared bound is within the leaf's radius of the exact value at its first query, so
+    # it loses at most a factor e^radius on s where the search itself is tight
+    gap = np.array([np.max(exact[qlo[k]:qhi[k]] - lam[qlo[k]:qhi[k]]) for k in leaves])
+    first = np.array([exact[qlo[k]] - lam[qlo[k]] for k in leaves])
+    assert np.all(gap[shared] <= first[shared] + 2 * radius[shared] + 1e-9)
+
+
 @pytest.mark.parametrize("u", [(0.9, 0.7, 0.004), (0.3, 0.0, 0.0), (1.0, 1.0, 0.05),
                                (1e-3, 2e-3, 5e-4), (1.0, 1.0, 1.0)])
 def test_index_set_meets_its_bound(u):

@@ -90,6 +90,10 @@ DROP_SHARE = 0.2
 COST_TERM = 0.1
 #: Nodes that the search for a lower bound of each query's log s may visit.
 LOWER_BOUND_VISITS = 24
+#: A leaf of the query tree whose queries lie within this distance of its first one shares
+#: that query's bound, lowered by each query's distance (a factor e^-1 at most in the bound
+#: on s: a few more pairs kept, against one search instead of LEAF_SIZE).
+SHARED_BOUND_RADIUS = 1.0
 #: Pairs whose index set S+ would be larger are split rather than expanded.
 MAX_SET = 256
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
@@ -293,48 +297,75 @@ def _node_lower(q, c, f, e, logW):
     return logW + v
 
 
-@njit(parallel=True, cache=True)
-def _lower_bounds(qs, y, logw, lwmax, lo, hi, child, center, frame, ext, logW, visits, out):
-    """out_i = a lower bound of log s_i. First the best of the node bounds
+@njit(cache=True)
+def _query_lower(q, y, logw, lwmax, lo, hi, child, center, frame, ext, logW, visits, stack):
+    """A lower bound of log s at one query: first the best of the node bounds
     (:func:`_node_lower`) on a descent into the child with the larger bound, and the exact
     log-sum over the leaf reached; then a branch and bound for the largest logit (children in
     the order of their upper bounds, nodes skipped whose upper bound is below the best found),
     for at most `visits` nodes, whose leaves' log-sums may raise the bound (a query whose
-    largest term is a lone atom far from the bulk)."""
-    for i in prange(qs.shape[0]):
-        q = qs[i]
-        k = 0
-        best = _node_lower(q, center[0], frame[0], ext[0], logW[0])
-        while child[k] >= 0:
-            c = child[k]
-            l0 = _node_lower(q, center[c], frame[c], ext[c], logW[c])
-            l1 = _node_lower(q, center[c + 1], frame[c + 1], ext[c + 1], logW[c + 1])
-            k = c if l0 >= l1 else c + 1
-            best = max(best, max(l0, l1))
-        best = max(best, _leaf_logsum(q, y, logw, lo[k], hi[k]))
+    largest term is a lone atom far from the bulk). ``stack``: scratch (>= 64 entries)."""
+    k = 0
+    best = _node_lower(q, center[0], frame[0], ext[0], logW[0])
+    while child[k] >= 0:
+        c = child[k]
+        l0 = _node_lower(q, center[c], frame[c], ext[c], logW[c])
+        l1 = _node_lower(q, center[c + 1], frame[c + 1], ext[c + 1], logW[c + 1])
+        k = c if l0 >= l1 else c + 1
+        best = max(best, max(l0, l1))
+    best = max(best, _leaf_logsum(q, y, logw, lo[k], hi[k]))
+    stack[0] = 0
+    top = 1
+    seen = 0
+    while top > 0 and seen < visits:
+        top -= 1
+        k = stack[top]
+        seen += 1
+        if _upper(q, center[k], frame[k], ext[k]) + lwmax <= best:
+            continue
+        if child[k] < 0:
+            best = max(best, _leaf_logsum(q, y, logw, lo[k], hi[k]))
+            continue
+        c = child[k]
+        if top + 2 > stack.shape[0]:
+            return best  # the bound so far is a bound; the search only raises it
+        if _upper(q, center[c], frame[c], ext[c]) >= \
+                _upper(q, center[c + 1], frame[c + 1], ext[c + 1]):
+            stack[top], stack[top + 1] = c + 1, c
+        else:
+            stack[top], stack[top + 1] = c, c + 1
+        top += 2
+    return best
+
+
+@njit(parallel=True, cache=True)
+def _lower_bounds(qs, qlo, qhi, qchild, y, logw, lwmax, lo, hi, child, center, frame, ext,
+                  logW, visits, radius, out):
+    """out_i = a lower bound of log s_i at the queries qs (in the order of their tree: qlo,
+    qhi, qchild), by :func:`_query_lower`. A leaf of the query tree whose queries lie within
+    ``radius`` of its first one, q_r, takes out_i = out_r - |q_i - q_r|, which is a bound
+    since |y_j| = 1 gives <q_i, y_j> >= <q_r, y_j> - |q_i - q_r| term by term (late in a run
+    the queries of a cluster nearly coincide, and one search serves the leaf)."""
+    leaves = np.flatnonzero(qchild < 0)
+    for t in prange(leaves.shape[0]):
+        k = leaves[t]
+        a, b = qlo[k], qhi[k]
         stack = np.empty(64, np.int64)
-        stack[0] = 0
-        top = 1
-        seen = 0
-        while top > 0 and seen < visits:
-            top -= 1
-            k = stack[top]
-            seen += 1
-            if _upper(q, center[k], frame[k], ext[k]) + lwmax <= best:
-                continue
-            if child[k] < 0:
-                best = max(best, _leaf_logsum(q, y, logw, lo[k], hi[k]))
-                continue
-            c = child[k]
-            if top + 2 > stack.shape[0]:
-                stack = np.concatenate((stack, np.empty_like(stack)))
-            if _upper(q, center[c], frame[c], ext[c]) >= \
-                    _upper(q, center[c + 1], frame[c + 1], ext[c + 1]):
-                stack[top], stack[top + 1] = c + 1, c
-            else:
-                stack[top], stack[top + 1] = c, c + 1
-            top += 2
-        out[i] = best
+        r = 0.0
+        for i in range(a + 1, b):
+            d0, d1, d2 = qs[i, 0] - qs[a, 0], qs[i, 1] - qs[a, 1], qs[i, 2] - qs[a, 2]
+            r = max(r, math.sqrt(d0 * d0 + d1 * d1 + d2 * d2))
+        if r <= radius:
+            first = _query_lower(qs[a], y, logw, lwmax, lo, hi, child, center, frame, ext, logW,
+                                 visits, stack)
+            out[a] = first
+            for i in range(a + 1, b):
+                d0, d1, d2 = qs[i, 0] - qs[a, 0], qs[i, 1] - qs[a, 1], qs[i, 2] - qs[a, 2]
+                out[i] = first - math.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
+        else:
+            for i in range(a, b):
+                out[i] = _query_lower(qs[i], y, logw, lwmax, lo, hi, child, center, frame, ext,
+                                      logW, visits, stack)
 
 
 @njit(cache=True)
@@ -928,9 +959,9 @@ class FarField:
         qidx, qlo, qhi, qchild, qcen, qfr, qext = _build(q3, LEAF_SIZE)
         qs = np.ascontiguousarray(q3[qidx])
         lam = np.empty(m)
-        _lower_bounds(qs, self._y, self._logw, float(self._logw.max()), self._lo, self._hi,
-                      self._child, self._cen, self._fr, self._ext, self._logW,
-                      LOWER_BOUND_VISITS, lam)
+        _lower_bounds(qs, qlo, qhi, qchild, self._y, self._logw, float(self._logw.max()),
+                      self._lo, self._hi, self._child, self._cen, self._fr, self._ext,
+                      self._logW, LOWER_BOUND_VISITS, SHARED_BOUND_RADIUS, lam)
         qlam = _node_min(qlo, qhi, qchild, lam)
         qmax = _node_max_norm(qlo, qhi, qchild, qs)
         exp_pairs, dir_pairs, dropped = _traverse(
