@@ -184,6 +184,8 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15, kernel="harmonic", sa
     model = build_model(DEFAULT, beta)
     x0 = tokens(n)
     solver = sp.ParticleSolver(model, kernel=kernel)
+    if save_dir:
+        os.makedirs(save_dir, exist_ok=True)
     print(f"[full-run] {solver!r}, N = {n}", flush=True)
     field = field_for(model.B, model.V, model.beta, model.normalized)
     t0 = time.time()
