@@ -352,16 +352,15 @@ def _lower_bounds(qs, qlo, qhi, qchild, y, logw, lwmax, lo, hi, child, center, f
         a, b = qlo[k], qhi[k]
         stack = np.empty(64, np.int64)
         r = 0.0
-        for i in range(a + 1, b):
+        for i in range(a, b):  # out_i = -|q_i - q_r| until the bound at q_r is added
             d0, d1, d2 = qs[i, 0] - qs[a, 0], qs[i, 1] - qs[a, 1], qs[i, 2] - qs[a, 2]
-            r = max(r, math.sqrt(d0 * d0 + d1 * d1 + d2 * d2))
+            out[i] = -math.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
+            r = max(r, -out[i])
         if r <= radius:
             first = _query_lower(qs[a], y, logw, lwmax, lo, hi, child, center, frame, ext, logW,
                                  visits, stack)
-            out[a] = first
-            for i in range(a + 1, b):
-                d0, d1, d2 = qs[i, 0] - qs[a, 0], qs[i, 1] - qs[a, 1], qs[i, 2] - qs[a, 2]
-                out[i] = first - math.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
+            for i in range(a, b):
+                out[i] += first
         else:
             for i in range(a, b):
                 out[i] = _query_lower(qs[i], y, logw, lwmax, lo, hi, child, center, frame, ext,
