@@ -10,6 +10,8 @@
                                                                 #   circle solver vs multiscale
     .venv/bin/python benchmarks/wasserstein.py --limit 1000000  # w2_to_limit on an N-token
                                                                 #   trajectory, dim E = 1 and 2
+    .venv/bin/python benchmarks/wasserstein.py --sparse         # concentrated pairs: sparse vs
+                                                                #   quantized, exact at 1e4
 
 Every case runs in its own process, so the peak memory (max RSS) printed is that case's.
 Times are wall and CPU seconds. "ratio" is multiscale / exact at the same size; "/ref" is
@@ -74,6 +76,10 @@ def make_case(name, n):
         # "caps-mesh" on the 6 x 256^2 mesh, "caps-mesh64" on 6 x 64^2 cells (the study's)
         nu = caps_mesh_snapshot(int(name[len("caps-mesh"):] or 256))
         mu = sp.PointCloud(two_caps().sample(n, 5))
+    elif name == "caps-clouds":
+        # two concentrated clouds, sampled independently from the same two-cap law
+        mu = sp.PointCloud(two_caps().sample(n, 5))
+        nu = sp.PointCloud(two_caps().sample(n, 7))
     elif name == "tokens-circle":
         mu = sp.PointCloud(sp.measures.VonMisesFisher([0.3, 0.2, 1.0], 1.0).sample(n, 4))
         nu = circle(n)
@@ -133,6 +139,10 @@ def main():
                     help="two-cap tokens (default 1e5 1e6) against the caps' cell masses on "
                          "the 6 x 64^2 mesh: the exact solve between clusterings beside the "
                          "multiscale solver, in one run")
+    ap.add_argument("--sparse", type=int, nargs="*", default=None,
+                    help="token counts: the sparse and quantized solvers on two-cap clouds and "
+                         "two-cap tokens against the 6 x 256^2 mesh (default 1e5)")
+    ap.add_argument("--sparse-cases", nargs="*", default=["caps-clouds", "caps-mesh"])
     ap.add_argument("--tol", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=0, help="numba threads per case (0: numba's default)")
     ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
@@ -151,6 +161,9 @@ def main():
         return
     if args.limit is not None:
         limit_cases(args.limit or [1_000_000], args)
+        return
+    if args.sparse is not None:
+        sparse_cases(args.sparse or [100_000], args)
         return
     if args.quantized is not None:
         for n in args.quantized or [100_000, 1_000_000]:
@@ -214,6 +227,28 @@ def limit_cases(sizes, args):
             pts = ", ".join(f"{v:.6f} [{h - l:.1e}]" for v, l, h in zip(val, lo, hi))
             print(f"{dim_e:>5} {n:>8} {solve:>8.1f} {wall:>8.1f} {cpu:>7.1f} {rss:>5.2f} "
                   f"{wall / solve:>6.2f}  {pts}; {', '.join(sorted(set(methods)))}", flush=True)
+
+
+def sparse_cases(sizes, args):
+    """Concentrated pairs (the study's late snapshots), where the multiscale solver breaks down:
+    the network simplex on a priced sparse support against the exact solve between
+    clusterings, each in its own process; the reference is the exact LP on 10^4 two-cap
+    clouds, in the same run ("/ref" is a case's wall time over it)."""
+    ref = in_child("caps-clouds", 10_000, "exact", args.tol, args.threads)
+    print(f"{'caps-clouds':>14} {ref[7]:>8} {ref[8]:>8} {'exact':>10} {ref[4]:>8.2f} "
+          f"{ref[5]:>8.2f} {ref[6]:>5.2f} {ref[0]:>10.6f} {0.0:>9.1e} {'':>6} {1.0:>6.2f}", flush=True)
+    sp_ = in_child("caps-clouds", 10_000, "sparse", args.tol, args.threads)
+    inside = "exact inside" if sp_[1] <= ref[0] <= sp_[2] else "EXACT OUTSIDE"
+    print(f"{'caps-clouds':>14} {sp_[7]:>8} {sp_[8]:>8} {'sparse':>10} {sp_[4]:>8.2f} "
+          f"{sp_[5]:>8.2f} {sp_[6]:>5.2f} {sp_[0]:>10.6f} {sp_[2] - sp_[1]:>9.1e} {'':>6} "
+          f"{sp_[4] / ref[4]:>6.2f}  {inside}", flush=True)
+    for name in args.sparse_cases:
+        for n in sizes:
+            for method in ("sparse", "quantized"):
+                r = in_child(name, n, method, args.tol, args.threads)
+                print(f"{name:>14} {r[7]:>8} {r[8]:>8} {method:>10} {r[4]:>8.2f} {r[5]:>8.2f} "
+                      f"{r[6]:>5.2f} {r[0]:>10.6f} {r[2] - r[1]:>9.1e} {'':>6} "
+                      f"{r[4] / ref[4]:>6.2f}  [{r[1]:.6f}, {r[2]:.6f}]", flush=True)
 
 
 def circle_cases(sizes, args):

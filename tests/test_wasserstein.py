@@ -533,15 +533,20 @@ def test_auto_falls_back_when_the_multiscale_bracket_is_too_wide(monkeypatch):
     wide = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
     monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
     monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide)
-    # First the exact solve between clusterings, here the exact LP at the points (300 x 200
-    # fit), intersected with the wide bracket.
+    # First the network simplex on a priced sparse support, whose rounds stop at tol,
+    # intersected with the wide bracket.
+    r = sp.w2(mu, nu, tol=1e-3)
+    assert r.method == "sparse" and "sparse support" in r.details["auto"]
+    assert r.upper - r.lower <= 1e-3 and r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    # Where it misses tol (a stub: a true but wide bracket), the exact solve between
+    # clusterings (here the exact LP at the points: 300 x 200 fit).
+    half = bracket_result((1.5 * ex) ** 2, (0.5 * ex) ** 2, "chordal", "sparse", {})
+    monkeypatch.setattr(W._sparse, "w2_sparse", lambda *args, **kw: half)
     r = sp.w2(mu, nu, tol=1e-3)
     assert r.method == "quantized" and "clusterings" in r.details["auto"]
     assert r.upper - r.lower <= 1e-12 and float(r) == pytest.approx(ex, abs=1e-12)
-    # Where that misses tol too (here: a stub that returns a true but wide bracket, [0.5 ex,
-    # 1.5 ex]), the intersection is kept and, within AUTO_EXACT_FALLBACK_PAIRS, the exact LP
-    # is run after all.
-    half = bracket_result((1.5 * ex) ** 2, (0.5 * ex) ** 2, "chordal", "quantized", {})
+    # Where that misses tol too, the intersection is kept and, within
+    # AUTO_EXACT_FALLBACK_PAIRS, the exact LP is run after all.
     monkeypatch.setattr(W._quantized, "w2_quantized", lambda *args, **kw: half)
     r = sp.w2(mu, nu, tol=1e-3)
     assert r.method == "exact" and r.upper - r.lower <= 1e-12
@@ -549,10 +554,120 @@ def test_auto_falls_back_when_the_multiscale_bracket_is_too_wide(monkeypatch):
     monkeypatch.setattr(W, "AUTO_EXACT_FALLBACK_PAIRS", 1000)
     r = sp.w2(mu, nu, tol=1e-3)
     assert (r.lower, r.upper) == pytest.approx((0.5 * ex, 1.5 * ex), abs=1e-12)
-    # The geodesic cost has neither fallback here: the (true, wide) bracket is returned.
+    # The geodesic cost has no quantized fallback (its bound rests on the chordal
+    # barycentre identity): the sparse one's bracket, intersected, is returned.
     wide_geo = bracket_result(4.0, 0.0, "geodesic", "multiscale", {})
     monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide_geo)
-    assert sp.w2(mu, nu, cost="geodesic", tol=1e-3).upper == 2.0
+    r = sp.w2(mu, nu, cost="geodesic", tol=1e-3)
+    assert "clusterings" not in r.details["auto"] and r.upper == pytest.approx(1.5 * ex)
+
+
+# ------------------------------------------------------------------- sparse (network simplex on
+# a priced support): a true bracket after any number of rounds, exact once nothing is violated
+@pytest.mark.parametrize("cost", ["chordal", "geodesic"])
+def test_sparse_is_the_exact_lp_once_no_pair_is_violated(cost):
+    mu, nu = random_cloud(400, seed=1), random_cloud(300, seed=3)
+    ex = float(sp.w2(mu, nu, cost=cost, method="exact"))
+    r = sp.w2(mu, nu, cost=cost, method="sparse", tol=1e-12)
+    assert r.details["exact"] and r.details["tol_met"]
+    # The LP optimum on the support is the full LP's once every reduced cost is >= 0: both
+    # values agree to the round-off of the two network simplex runs.
+    assert float(r) == pytest.approx(ex, abs=1e-10)
+    # far fewer arcs than pairs: a few per point
+    assert r.details["support"] < 0.2 * 400 * 300
+
+
+@pytest.mark.parametrize("n,m,d,cost,seed", [(500, 400, 3, "chordal", 0), (800, 800, 3, "geodesic", 1),
+                                              (600, 500, 8, "chordal", 2), (400, 700, 8, "geodesic", 3)])
+def test_sparse_bracket_contains_exact_after_a_single_round(n, m, d, cost, seed):
+    """One LP on the first support (k = 1: each point's nearest neighbour on the other side,
+    and the north-west-corner coupling), no pricing round: the plan is far from optimal and
+    the duals far from feasible, and the bracket must still hold exact (a plan's cost above,
+    c-transformed duals below)."""
+    mu, nu = random_cloud(n, d, seed=seed), random_cloud(m, d, seed=seed + 10)
+    ex = float(sp.w2(mu, nu, cost=cost, method="exact"))
+    r = sp.w2(mu, nu, cost=cost, method="sparse", k=1, max_seconds=0.0, tol=1e-12)
+    assert r.details["lp_rounds"] == 1 and not r.details["exact"]
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    assert r.upper - r.lower > 1e-6  # not closed: the test above is not trivially met
+
+
+def test_sparse_closes_the_two_separated_caps_coarse_to_fine(monkeypatch):
+    """The multiscale solver's pinned failure case (1500 x 1000 tokens of two caps whose masses
+    differ between the samples). With the coarse guide switched on at this size (two levels:
+    1500 -> 375 -> 93 points), the first fine support already carries the flow between the
+    caps; the rounds close the bracket to tol, and it holds exact."""
+    from spherepde.wasserstein import sparse as S
+
+    monkeypatch.setattr(S, "SPARSE_COARSEST", 200)
+    mu, nu = _two_caps(1500, 5), _two_caps(1000, 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    r = sp.w2(mu, nu, method="sparse", tol=2e-3)
+    depths = {row["depth"] for row in r.details["rounds"]}
+    assert depths == {0, 1, 2} and r.details["tol_met"]
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+
+
+def test_sparse_meets_tol_on_a_concentrated_cloud_against_a_mesh_snapshot():
+    """The quantized solver's mesh case (5000 one-cap tokens against the 6 x 32^2 cells,
+    W2 = 0.0208, where the multiscale bracket stalls at [0, 0.112]); the reference is the
+    exact LP against the cells of mass > 1e-20, which moves W2 by < 1.6e-8."""
+    law = sp.measures.VonMisesFisher(normalize(np.array([0.2, 0.1, 1.0])), 100.0)
+    mu, nu = sp.PointCloud(law.sample(5000, 5)), _mesh_snapshot(32, law)
+    r = sp.w2(mu, nu, method="sparse", tol=2e-3)
+    assert r.details["pruned"][1] > 5000 and r.details["tol_met"]
+    keep = nu.weights > 1e-20
+    ex = float(sp.w2(mu, sp.PointCloud(nu.points[keep], nu.weights[keep], normalize=True),
+                     method="exact"))
+    assert r.lower - 2e-8 <= ex <= r.upper + 2e-8
+
+
+@pytest.mark.parametrize("sizes", [(3000, 800), (800, 3000), (3000, 2500)])
+def test_sparse_clusters_a_side_too_large_and_certifies_on_its_points(monkeypatch, sizes):
+    """A side above SPARSE_MAX_POINTS is solved as its clustering: the bracket, certified on
+    the original points (composed coupling above, the other side's duals c-transformed over
+    the points below; both sides clustered in the last case), holds exact and is about
+    delta^2 / W2 wide."""
+    from spherepde.wasserstein import sparse as S
+
+    monkeypatch.setattr(S, "SPARSE_MAX_POINTS", 1000)
+    mu, nu = _two_caps(sizes[0], 5), _two_caps(sizes[1], 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    r = sp.w2(mu, nu, method="sparse", tol=1e-9)
+    dx, dy = r.details["quantization"]
+    assert (dx > 0) == (sizes[0] > 1000) and (dy > 0) == (sizes[1] > 1000)
+    assert not r.details["exact"]
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    # the composed coupling's cost is within (W2 + dx + dy)^2 + dx^2 + dy^2 (triangle inequality)
+    assert r.upper <= np.sqrt((ex + dx + dy) ** 2 + dx**2 + dy**2) + 1e-12
+    # measured: 1.1e-3, 5.9e-4, 2.8e-3, about 1-1.4 (dx^2 + dy^2) / W2 (the clustered W2 is
+    # exact; what is left is the quantization)
+    assert r.upper - r.lower <= 3 * (dx**2 + dy**2) / ex
+
+
+def test_sparse_feasible_support_is_a_coupling():
+    from spherepde.wasserstein import sparse as S
+
+    rng = np.random.default_rng(4)
+    x, y = normalize(rng.standard_normal((50, 3))), normalize(rng.standard_normal((30, 3)))
+    a, b = rng.random(50) + 0.1, rng.random(30) + 0.1
+    a, b = a / a.sum(), b / b.sum()
+    rows, cols = S._feasible_support(x, a, y, b)
+    assert len(rows) <= 50 + 30 - 1
+    # Every point is in it, and the LP on exactly these pairs is feasible.
+    assert set(rows) == set(range(50)) and set(cols) == set(range(30))
+    M = sps.coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(50, 30))
+    import ot
+
+    G, log = ot.emd(a, b, M, log=True)
+    assert log["result_code"] == 1
+    assert np.allclose(np.asarray(G.sum(axis=1)).ravel(), a, atol=1e-14)
+
+
+def test_sparse_rejects_unknown_options():
+    mu, nu = random_cloud(30, seed=1), random_cloud(20, seed=3)
+    with pytest.raises(TypeError, match="unknown option.*sparse"):
+        sp.w2(mu, nu, method="sparse", theta=3.0)
 
 
 # ------------------------------------------------------------------- quantized (exact between

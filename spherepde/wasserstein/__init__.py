@@ -29,6 +29,13 @@ above), its cost and the method that produced it.
     (δ_x² + δ_y²)/W2 for quantization errors δ, whatever the shape of the measures: it is
     what "auto" falls back to where the multiscale bracket misses tol on concentrated
     measures.
+``sparse`` (:mod:`.sparse`)
+    The network simplex (POT ``emd`` on a sparse cost matrix) on a support of a few arcs
+    per point, coarse to fine (the pairs whose clusters the coarser solve couples, and near
+    neighbours), grown by exact pricing (c-transforms over all pairs) until the bracket
+    closes: the plan's cost above, the priced duals below, exact when no pair is violated.
+    No ε, so no breakdown on concentrated measures: it is what "auto" falls back to where the
+    multiscale bracket misses tol.
 ``multiscale`` (:mod:`.multiscale`)
     ε-scaling log-domain Sinkhorn on a hierarchy of clusterings with a truncated (sparse)
     kernel, and Newton on the semi-dual (:mod:`.newton`) at the final levels of large
@@ -56,6 +63,7 @@ from . import exact as _exact
 from . import multiscale as _multiscale
 from . import quantized as _quantized
 from . import semidiscrete as _semidiscrete
+from . import sparse as _sparse
 from .costs import COSTS, check_cost, cost_matrix
 from .limit import W2Curve, coupling_bound, w2_to_limit
 from .result import W2Result, bracket_result
@@ -63,7 +71,8 @@ from .result import W2Result, bracket_result
 __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
            "COSTS", "METHODS", "AUTO_EXACT_PAIRS", "AUTO_EXACT_FALLBACK_PAIRS"]
 
-METHODS = ("auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized")
+METHODS = ("auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized",
+           "sparse")
 
 #: "auto" solves exactly up to this many pairs n·m (and the multiscale solver beyond): the
 #: crossover measured by benchmarks/wasserstein.py, where the network simplex and the
@@ -160,15 +169,15 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         ``to_point_cloud()``, ``(points, weights)`` pairs, (n, d) arrays.
     cost : {"chordal", "geodesic"}
         :math:`|x-y|^2` or :math:`\arccos(\langle x,y\rangle)^2`.
-    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized"}
+    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized", "sparse"}
         "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
         atoms; then, for the chordal cost, circle when a side lies on a great circle (in
         ``plane`` when given) unless tol < 1e-5 asks for the exact LP, falling back to the
         next choice when its bracket is wider than tol; exact up to n·m =
         ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory allows), multiscale beyond,
-        and, when the multiscale bracket is wider than tol, the exact solve between
-        clusterings ("quantized", chordal; the exact LP at the points when they fit after
-        pruning), its bracket intersected with the multiscale one, and if that still misses
+        and, when the multiscale bracket is wider than tol, the network simplex on a priced
+        sparse support ("sparse"), then the exact solve between clusterings ("quantized",
+        chordal), each bracket intersected with the ones before, and if that still misses
         tol the exact LP up to n·m = ``AUTO_EXACT_FALLBACK_PAIRS``; ``details["auto"]`` says
         why.
     tol : float, optional
@@ -188,6 +197,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         bracket is widened by what it can move W2), ``seed``, ``verbose``.
         quantized: ``max_pairs`` (cluster pairs given to the network simplex; default
         ``QUANTIZED_MAX_PAIRS``, capped by half the free memory), ``seed``.
+        sparse: ``k`` (neighbours per point in the supports), ``max_seconds`` (stop the
+        pricing rounds after this long, with the bracket so far), ``seed``.
 
     Returns
     -------
@@ -249,6 +260,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         r = _exact.w2_exact(x, a, y, b, cost, **options)
     elif method == "quantized":
         r = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, **options)
+    elif method == "sparse":
+        r = _sparse.w2_sparse(x, a, y, b, cost, tol=tol, **options)
     elif method == "semidiscrete":
         # The cost is symmetric, so the smaller side can always play the atoms.
         r = (_semidiscrete.w2_semidiscrete(x, a, y, b, cost, **options) if m <= n
@@ -256,11 +269,17 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     else:
         r = _multiscale.w2_multiscale_result(x, a, y, b, cost, tol=tol, nu_levels=nu_levels,
                                              **options)
+        if reason is not None and r.upper - r.lower > tol:
+            width = r.upper - r.lower
+            q = _sparse.w2_sparse(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0))
+            why = (f" (it gave up: {r.details['stopped']})" if "stopped" in r.details else "")
+            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}{why}, so the network "
+                       f"simplex on a priced sparse support (bracket {q.upper - q.lower:.1e})")
+            r = _intersect(r, q)
         if reason is not None and r.upper - r.lower > tol and cost == "chordal":
             width = r.upper - r.lower
             q = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0))
-            why = (f" (it gave up: {r.details['stopped']})" if "stopped" in r.details else "")
-            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}{why}, so the exact solve "
+            reason += (f"; still {width:.1e} > tol = {tol:.0e}, so the exact solve "
                        f"between clusterings (bracket {q.upper - q.lower:.1e})")
             r = _intersect(r, q)
         if reason is not None and r.upper - r.lower > tol and _exact_fits(n, m, AUTO_EXACT_FALLBACK_PAIRS):

@@ -16,7 +16,7 @@ class W2Result(float):
     cost : str
         "chordal" or "geodesic".
     method : str
-        "exact", "semidiscrete", "circle", "multiscale" or "quantized" (never "auto").
+        "exact", "semidiscrete", "circle", "multiscale", "quantized" or "sparse" (never "auto").
     error : float
         Bound on |value - W2|: 0 for the exact LP (round-off only), the half-width of the
         certified dual/primal bracket for the other two.
