@@ -645,6 +645,22 @@ def test_sparse_clusters_a_side_too_large_and_certifies_on_its_points(monkeypatc
     assert r.upper - r.lower <= 3 * (dx**2 + dy**2) / ex
 
 
+def test_auto_gives_the_multiscale_solver_a_time_budget(monkeypatch):
+    """With no time left after its first stage, the multiscale solver stops with a true (wide)
+    bracket and says why; "auto" then goes on to the sparse solver, which meets tol."""
+    mu, nu = _two_caps(1500, 5), _two_caps(1000, 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    r = sp.w2(mu, nu, method="multiscale", tol=2e-3, max_seconds=0.0)
+    assert "time ran out" in r.details["stopped"] and not r.details["tol_met"]
+    assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W, "AUTO_MULTISCALE_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(W, "AUTO_MULTISCALE_SECONDS_PER_POINT", 0.0)
+    r = sp.w2(mu, nu, tol=2e-3)
+    assert r.method == "sparse" and "time ran out" in r.details["auto"]
+    assert r.details["tol_met"] and r.lower - 1e-12 <= ex <= r.upper + 1e-12
+
+
 def test_sparse_feasible_support_is_a_coupling():
     from spherepde.wasserstein import sparse as S
 

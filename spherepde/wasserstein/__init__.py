@@ -90,6 +90,13 @@ MULTISCALE_MIN_TOL = 1e-5
 #: Sinkhorn sweeps cannot move the difference across (measured: 1500 x 1000 tokens of two
 #: caps, bracket [0.176, 0.210] in 4.6 s around the exact 0.1909, found in 0.44 s).
 AUTO_EXACT_FALLBACK_PAIRS = 100_000_000
+#: "auto" gives the multiscale solver this many seconds per point (n + m), at least
+#: AUTO_MULTISCALE_MIN_SECONDS, before it falls back (a caller's ``max_seconds`` wins). On
+#: broad measures it ends well within that (10^5 clouds a side: 4-13 s; 10^6 tokens against the
+#: 6·256² mesh: 208-308 s, budget 418 s); on two concentrated clouds of 10^5 it ran for more
+#: than 11 minutes without meeting tol or giving up, where the sparse solver takes 78 s.
+AUTO_MULTISCALE_SECONDS_PER_POINT = 3e-4
+AUTO_MULTISCALE_MIN_SECONDS = 30.0
 #: Default target width of the bracket on W2 for the multiscale solver.
 DEFAULT_TOL = 1e-3
 
@@ -188,7 +195,9 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         circle: ``plane`` ((d, 2) basis of the circle's plane; also steers "auto"),
         ``rounds`` (plan/dual alternations at most).
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
-        (truncation), ``max_iter`` (per final stage), ``check_chunk`` (iterations before the
+        (truncation), ``max_iter`` (per final stage), ``max_seconds`` (give up after this
+        long with the bracket so far; under "auto" by default 3e-4 s per point, at least
+        30 s, before the fallbacks), ``check_chunk`` (iterations before the
         first bracket test), ``quantize`` (largest quantization error of a side stopped at a
         clustering; default from tol and a coarse lower bound on W2, and 1.5 tol for a side
         of more than 500,000 points; recorded in ``details["quantize"]``), ``newton`` (solve the
@@ -267,6 +276,9 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         r = (_semidiscrete.w2_semidiscrete(x, a, y, b, cost, **options) if m <= n
              else _semidiscrete.w2_semidiscrete(y, b, x, a, cost, **options))
     else:
+        if reason is not None and "max_seconds" not in options:
+            options["max_seconds"] = max(AUTO_MULTISCALE_MIN_SECONDS,
+                                         AUTO_MULTISCALE_SECONDS_PER_POINT * (n + m))
         r = _multiscale.w2_multiscale_result(x, a, y, b, cost, tol=tol, nu_levels=nu_levels,
                                              **options)
         if reason is not None and r.upper - r.lower > tol:

@@ -536,25 +536,18 @@ def _morton_keys(points, bits):
 
 
 @nb.njit(cache=True)
-def _northwest_cost(P, op, Q, oq, r, c, geodesic):
-    """Cost of the north-west-corner coupling of r (on P, in order) and c (on Q, in order),
-    both of the same total: a feasible coupling, cheap when the orders follow space."""
-    i, j = 0, 0
+def _northwest_pairs(r, c):
+    """The north-west-corner coupling of r and c (same total, in the given orders): its
+    pairs (rows, cols) and masses, at most len(r) + len(c) - 1 of them."""
+    rows = np.empty(r.size + c.size, np.int64)
+    cols = np.empty(r.size + c.size, np.int64)
+    mass = np.empty(r.size + c.size)
+    i, j, p = 0, 0, 0
     ri, cj = r[0], c[0]
-    total = 0.0
-    d = P.shape[1]
     while i < r.size and j < c.size:
         t = min(ri, cj)
-        s = 0.0
-        for k in range(d):
-            z = P[i, k] - Q[j, k]
-            s += z * z
-        if geodesic:
-            th = 2.0 * np.arcsin(min(np.sqrt(s) * 0.5, 1.0))
-            s = th * th
-        else:
-            s += op[i] + oq[j]
-        total += t * s
+        rows[p], cols[p], mass[p] = i, j, t
+        p += 1
         ri -= t
         cj -= t
         if ri <= cj:
@@ -565,6 +558,28 @@ def _northwest_cost(P, op, Q, oq, r, c, geodesic):
             j += 1
             if j < c.size:
                 cj = c[j]
+    return rows[:p], cols[:p], mass[:p]
+
+
+@nb.njit(cache=True)
+def _northwest_cost(P, op, Q, oq, r, c, geodesic):
+    """Cost of the north-west-corner coupling of r (on P, in order) and c (on Q, in order),
+    both of the same total: a feasible coupling, cheap when the orders follow space."""
+    rows, cols, mass = _northwest_pairs(r, c)
+    total = 0.0
+    d = P.shape[1]
+    for p in range(rows.size):
+        i, j = rows[p], cols[p]
+        s = 0.0
+        for k in range(d):
+            z = P[i, k] - Q[j, k]
+            s += z * z
+        if geodesic:
+            th = 2.0 * np.arcsin(min(np.sqrt(s) * 0.5, 1.0))
+            s = th * th
+        else:
+            s += op[i] + oq[j]
+        total += mass[p] * s
     return total
 
 
@@ -718,15 +733,15 @@ def _keep_best(lower, upper, resid, lo, hi, res):
     return lower, upper, resid, np.sqrt(max(upper, 0)) - np.sqrt(max(min(lower, upper), 0))
 
 
-def _solve_stage(S, X, Y, u, v, eps, tol, maxiter, verbose=False):
+def _solve_stage(S, X, Y, u, v, eps, tol, maxiter, verbose=False, deadline=None):
     """Newton (:func:`.newton.newton_columns`) on the smaller side's potential, the larger
     side (the support's major side) eliminated by its exact soft c-transform. Returns
     (iterations, error, CG iterations)."""
     if S.x_major:
         return newton_columns(S.indptr, S.idx, S.cost, X.weights, Y.weights, u, v, eps, tol,
-                              maxiter, points=Y.points, verbose=verbose)
+                              maxiter, points=Y.points, deadline=deadline, verbose=verbose)
     return newton_columns(S.indptr, S.idx, S.cost, Y.weights, X.weights, v, u, eps, tol,
-                          maxiter, points=X.points, verbose=verbose)
+                          maxiter, points=X.points, deadline=deadline, verbose=verbose)
 
 
 def _final_level(levels, budget):
@@ -762,7 +777,8 @@ def _quantization_budget(X0, Y0, tol, quantize):
 
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
                   coarsest=COARSEST, max_iter=1000, stage_iter=50, check_chunk=10, quantize=None,
-                  nu_levels=None, seed=0, omega=1.8, newton=None, prune=None, verbose=False):
+                  nu_levels=None, seed=0, omega=1.8, newton=None, prune=None, max_seconds=None,
+                  verbose=False):
     r"""W2^2 bracket between (x, a) and (y, b) by multiscale sparse Sinkhorn.
 
     Parameters
@@ -790,12 +806,16 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     prune : float, optional
         Largest mass left out of each side (its lightest points; see :func:`_prune`). Default:
         what keeps the bracket within tol / PRUNE of each side's W2 change, tol^2 / (PRUNE^2 D).
+    max_seconds : float, optional
+        Give up after the first stage that ends past this time, with the bracket certified so
+        far (``details["stopped"]`` says so), as when the continuation breaks down.
 
     Returns
     -------
     lower, upper : float (bounds on W2^2), details : dict
     """
     t0 = time.perf_counter()
+    deadline = None if max_seconds is None else t0 + float(max_seconds)
     geodesic = cost == "geodesic"
     diam = cost_diameter(cost)
     n0, m0 = len(a), len(b)
@@ -889,7 +909,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
             newton_here = by_newton and (last or min(X.n, Y.n) >= NEWTON_MIN_POINTS)
             if not check and newton_here:
                 it, err, ncg = _solve_stage(S, X, Y, u, v, eps, 1e-3, NEWTON_STAGE_ITER,
-                                            verbose=verbose)
+                                            verbose=verbose, deadline=deadline)
                 if err > 1e-3:
                     # The truncated support may hold no plan with these marginals (Hall's
                     # condition fails for a few heavy clusters); the stalled solve has moved
@@ -897,7 +917,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                     S = None
                     S = _support(X, Y, u, v, eps, theta, geodesic)
                     it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, 1e-3, NEWTON_STAGE_ITER,
-                                                  verbose=verbose)
+                                                  verbose=verbose, deadline=deadline)
                     it, ncg = it + it2, ncg + ncg2
                 total_iter += it
                 entry.update(iter=it, err=err, cg=ncg)
@@ -918,7 +938,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 it, err, ncg = 0, np.inf, 0
                 if not floor:
                     it, err, ncg = _solve_stage(S, X, Y, u, v, eps, 1e-3, NEWTON_STAGE_ITER,
-                                                verbose=verbose)
+                                                verbose=verbose, deadline=deadline)
                     if err <= 1e-3 and eps > 2 * np.sqrt(max(_plan_cost(S, u, v, eps), 0.0)) * tol_pruned:
                         total_iter += it
                         entry.update(iter=it, err=err, cg=ncg, loose=True)
@@ -932,7 +952,8 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                         eps = max(eps / 2, final_eps_floor)
                         continue
                 it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
-                                              NEWTON_FINAL_ITER, verbose=verbose)
+                                              NEWTON_FINAL_ITER, verbose=verbose,
+                                              deadline=deadline)
                 it, ncg = it + it2, ncg + ncg2
                 for _ in range(NEWTON_RESEARCH):
                     if err <= NEWTON_MARGINAL_TOL:
@@ -940,7 +961,8 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                     S = None
                     S = _support(X, Y, u, v, eps, theta, geodesic)  # as above
                     it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
-                                                  NEWTON_FINAL_ITER, verbose=verbose)
+                                                  NEWTON_FINAL_ITER, verbose=verbose,
+                                              deadline=deadline)
                     it, ncg = it + it2, ncg + ncg2
                 total_iter += it
                 _, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost, lower_too=False)
@@ -980,7 +1002,8 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                         print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
                               f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
                               f"t {time.perf_counter() - t0:.1f}")
-                    if width <= tol_pruned or err <= 1e-5 or it_stage >= max_iter:
+                    if (width <= tol_pruned or err <= 1e-5 or it_stage >= max_iter
+                            or (deadline is not None and time.perf_counter() > deadline)):
                         break
                     # The plan's entropic bias (about eps on W2^2) does not iterate away: once
                     # a chunk closes less than a quarter of what is missing, eps is too large
@@ -1000,10 +1023,14 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
             if verbose:
                 print(entry)
             bad_stages = bad_stages + 1 if entry.get("err", 0.0) > DIVERGED_ERR else 0
-            if bad_stages >= DIVERGED_STAGES and not done:
+            out_of_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
+            if (bad_stages >= DIVERGED_STAGES or out_of_time) and not done:
                 stopped = (f"{bad_stages} stages in a row ended with a marginal error above "
                            f"{DIVERGED_ERR:g} (last {entry['err']:.2f} at level {entry['level']}, "
-                           f"eps {eps:.1e}): the continuation broke down")
+                           f"eps {eps:.1e}): the continuation broke down"
+                           if bad_stages >= DIVERGED_STAGES else
+                           f"its time ran out ({max_seconds:.0f} s) at level {entry['level']}, "
+                           f"eps {eps:.1e}")
                 # certified without a plan: every coupling costs at most the diameter^2, and
                 # w2_low bounds W2 below
                 upper = min(upper, diam)
@@ -1035,7 +1062,7 @@ def w2_multiscale_result(x, a, y, b, cost="chordal", tol=1e-3, **options):
     from .result import bracket_result
 
     allowed = {"epsilon", "theta", "coarsest", "max_iter", "stage_iter", "check_chunk", "quantize",
-               "nu_levels", "seed", "omega", "newton", "prune", "verbose"}
+               "nu_levels", "seed", "omega", "newton", "prune", "verbose", "max_seconds"}
     unknown = set(options) - allowed
     if unknown:
         raise TypeError(f"unknown option(s) for method='multiscale': {', '.join(sorted(unknown))}; "

@@ -368,8 +368,9 @@ class _Hessian:
 
 
 def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None, labels=None,
-                   cg_rtol=1e-3, cg_maxiter=200, verbose=False):
-    r"""Damped Newton on the column potential v until :math:`\|b - \pi^T 1\|_1 \le` tol.
+                   cg_rtol=1e-3, cg_maxiter=200, deadline=None, verbose=False):
+    r"""Damped Newton on the column potential v until :math:`\|b - \pi^T 1\|_1 \le` tol
+    (or ``time.perf_counter()`` passes ``deadline``, when given).
 
     Parameters
     ----------
@@ -407,7 +408,7 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
     u_new = np.empty_like(u)
     M, cg_built = None, 0
     for it in range(1, maxiter + 1):
-        if err <= tol:
+        if err <= tol or (deadline is not None and time.perf_counter() > deadline):
             it -= 1
             break
         t0 = time.perf_counter()

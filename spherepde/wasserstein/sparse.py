@@ -41,7 +41,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from .costs import _pair_cost, cost_diameter
-from .multiscale import _morton_keys, _prune, _widen
+from .multiscale import _morton_keys, _northwest_pairs, _prune, _widen
 from .result import bracket_result, reject_options
 from .search import ConeTree
 
@@ -68,31 +68,6 @@ VIOLATION = 1e-12
 SPARSE_MAX_POINTS = 100_000
 
 
-@nb.njit(cache=True)
-def _northwest_pairs(r, c):
-    """Support (rows, cols) of the north-west-corner coupling of r and c (same total, in the
-    given orders): at most len(r) + len(c) - 1 pairs."""
-    rows = np.empty(r.size + c.size, np.int64)
-    cols = np.empty(r.size + c.size, np.int64)
-    i, j, p = 0, 0, 0
-    ri, cj = r[0], c[0]
-    while i < r.size and j < c.size:
-        rows[p], cols[p] = i, j
-        p += 1
-        t = min(ri, cj)
-        ri -= t
-        cj -= t
-        if ri <= cj:
-            i += 1
-            if i < r.size:
-                ri = r[i]
-        else:
-            j += 1
-            if j < c.size:
-                cj = c[j]
-    return rows[:p], cols[:p]
-
-
 def _feasible_support(x, a, y, b):
     """Pairs of a coupling of (x, a) and (y, b): the north-west corner along the Morton order,
     so that the LP on any support holding them is feasible."""
@@ -100,7 +75,7 @@ def _feasible_support(x, a, y, b):
     ox = np.argsort(_morton_keys(x, bits), kind="stable")
     oy = np.argsort(_morton_keys(y, bits), kind="stable")
     r, c = a[ox], b[oy] * (a.sum() / b.sum())
-    i, j = _northwest_pairs(r, c)
+    i, j, _ = _northwest_pairs(r, c)
     return ox[i], oy[j]
 
 
