@@ -631,6 +631,7 @@ def test_sparse_clusters_a_side_too_large_and_certifies_on_its_points(monkeypatc
     from spherepde.wasserstein import sparse as S
 
     monkeypatch.setattr(S, "SPARSE_MAX_POINTS", 1000)
+    monkeypatch.setattr(S, "SPARSE_CLUSTERS", 1000)
     mu, nu = _two_caps(sizes[0], 5), _two_caps(sizes[1], 7)
     ex = float(sp.w2(mu, nu, method="exact"))
     r = sp.w2(mu, nu, method="sparse", tol=1e-9)

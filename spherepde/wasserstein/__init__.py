@@ -90,13 +90,16 @@ MULTISCALE_MIN_TOL = 1e-5
 #: Sinkhorn sweeps cannot move the difference across (measured: 1500 x 1000 tokens of two
 #: caps, bracket [0.176, 0.210] in 4.6 s around the exact 0.1909, found in 0.44 s).
 AUTO_EXACT_FALLBACK_PAIRS = 100_000_000
-#: "auto" gives the multiscale solver this many seconds per point (n + m), at least
+#: "auto" gives the multiscale solver this many seconds per point (n + m, those heavier than
+#: AUTO_HEAVY_WEIGHT), at least
 #: AUTO_MULTISCALE_MIN_SECONDS, before it falls back (a caller's ``max_seconds`` wins). On
 #: broad measures it ends well within that (10^5 clouds a side: 4-13 s; 10^6 tokens against the
 #: 6·256² mesh: 208-308 s, budget 418 s); on two concentrated clouds of 10^5 it ran for more
 #: than 11 minutes without meeting tol or giving up, where the sparse solver takes 78 s.
 AUTO_MULTISCALE_SECONDS_PER_POINT = 3e-4
 AUTO_MULTISCALE_MIN_SECONDS = 30.0
+#: Points lighter than this (of total mass 1) do not count towards that budget.
+AUTO_HEAVY_WEIGHT = 1e-12
 #: Default target width of the bracket on W2 for the multiscale solver.
 DEFAULT_TOL = 1e-3
 
@@ -176,7 +179,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         ``to_point_cloud()``, ``(points, weights)`` pairs, (n, d) arrays.
     cost : {"chordal", "geodesic"}
         :math:`|x-y|^2` or :math:`\arccos(\langle x,y\rangle)^2`.
-    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized", "sparse"}
+    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized",
+              "sparse"}
         "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
         atoms; then, for the chordal cost, circle when a side lies on a great circle (in
         ``plane`` when given) unless tol < 1e-5 asks for the exact LP, falling back to the
@@ -277,8 +281,12 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
              else _semidiscrete.w2_semidiscrete(y, b, x, a, cost, **options))
     else:
         if reason is not None and "max_seconds" not in options:
+            # points that carry mass (a mesh snapshot of a concentrated density is mostly
+            # cells of < 1e-30, which every solver prunes)
+            heavy = int(np.count_nonzero(a > AUTO_HEAVY_WEIGHT)
+                        + np.count_nonzero(b > AUTO_HEAVY_WEIGHT))
             options["max_seconds"] = max(AUTO_MULTISCALE_MIN_SECONDS,
-                                         AUTO_MULTISCALE_SECONDS_PER_POINT * (n + m))
+                                         AUTO_MULTISCALE_SECONDS_PER_POINT * heavy)
         r = _multiscale.w2_multiscale_result(x, a, y, b, cost, tol=tol, nu_levels=nu_levels,
                                              **options)
         if reason is not None and r.upper - r.lower > tol:

@@ -18,14 +18,20 @@ on all n·m pairs by exact c-transforms (the cone-tree searches of :mod:`.search
   is solved again. When no pair is violated, the two bounds meet: the exact W2.
 
 The first support holds each point's k nearest neighbours on the other side, and, above
-``SPARSE_COARSEST`` points a side, the best partners under the duals of the same problem
-solved between clusterings ``SPARSE_REFINE`` times coarser (recursively), extended to the
-points to first order (as :func:`.multiscale._extend`). Without that guide the first duals
-carry the wrong offsets between separated pieces (two caps sampled unevenly) and the rounds
-that correct them each cost a full LP.
+``SPARSE_COARSEST`` points a side, every pair of points whose clusters are coupled by the
+plan of the same problem solved between clusterings ``SPARSE_REFINE`` times coarser
+(recursively): the multiscale support. The coarse plan carries the flow between separated
+pieces of the measures (two caps whose sampled masses differ), which a neighbour support
+misses and which otherwise costs a full LP per pricing round to correct.
 
-Unlike the multiscale Sinkhorn solver it has no ε and no semi-discrete breakdown: its cost is
-the LP on S, which grows with the points, not with how concentrated they are.
+A side of more than ``SPARSE_MAX_POINTS`` points (chordal cost) is replaced by its
+clustering, and the bracket is certified on its points (:func:`w2_sparse`).
+
+Unlike the multiscale Sinkhorn solver it has no ε and no semi-discrete breakdown on
+concentrated measures. Its cost is the LP on S (one core, from scratch at every round: POT's
+sparse solver takes no warm start), which is larger where the plan moves points far: on
+broad measures it is much slower than the multiscale solver (10^5 points a side: 196 s
+against 4 s), so "auto" only falls back to it.
 
 References: Bertsimas & Tsitsiklis, Introduction to Linear Optimization (1997), §6.1 (column
 generation); Schmitzer, "A sparse multiscale algorithm for dense optimal transport",
@@ -46,13 +52,13 @@ from .result import bracket_result, reject_options
 from .search import ConeTree
 
 __all__ = ["w2_sparse", "SPARSE_K", "SPARSE_COARSEST", "SPARSE_REFINE", "SPARSE_MAX_ROUNDS",
-           "SPARSE_MAX_POINTS"]
+           "SPARSE_MAX_POINTS", "SPARSE_CLUSTERS"]
 
 #: Nearest neighbours on the other side of each point in the first support; pricing adds a
 #: violating point's best partner with this many of its partner's neighbours.
 SPARSE_K = 6
-#: Above this many points on the smaller side, the first support is guided by the duals of the
-#: problem between clusterings SPARSE_REFINE times coarser.
+#: Above this many points on the smaller side, the first support also holds the pairs whose
+#: clusters the plan between clusterings SPARSE_REFINE times coarser couples.
 SPARSE_COARSEST = 20_000
 SPARSE_REFINE = 4
 #: LP solves at most (each after a pricing round).
@@ -62,10 +68,13 @@ SPARSE_MAX_ROUNDS = 30
 PRUNE = 200
 #: A pair is violated when its reduced cost is below -VIOLATION (round-off of the duals).
 VIOLATION = 1e-12
-#: A side with more points than this (chordal cost) is solved as its clustering of this many
-#: clusters, certified on its points (see :func:`w2_sparse`): the LP on 10^6 tokens against
-#: 1.3·10^5 cells did not finish in 18 minutes, on 10^5 tokens it took 146 s.
-SPARSE_MAX_POINTS = 100_000
+#: A side with more points than SPARSE_MAX_POINTS (chordal cost) is solved as its clustering
+#: of SPARSE_CLUSTERS clusters, certified on its points (see :func:`w2_sparse`): the LP on
+#: 10^6 two-cap tokens against the 1.3·10^5 cells of their caps did not finish in 18 minutes,
+#: on 10^5 tokens it took 146 s, and on their 10^5 clusters 89 s. (Clustering those 1.3·10^5
+#: cells as well, at SPARSE_MAX_POINTS = 10^5, made the 10^5-token case 323 s.)
+SPARSE_MAX_POINTS = 200_000
+SPARSE_CLUSTERS = 100_000
 
 
 def _feasible_support(x, a, y, b):
@@ -165,6 +174,9 @@ def _solve_lp(X, Y, keys, cost):
     import ot
     import scipy.sparse as sps
 
+    if not hasattr(ot.lp.emd_wrap, "emd_c_sparse"):
+        raise ImportError(f"method='sparse' needs POT >= 0.9.7 (emd on a sparse cost matrix); "
+                          f"POT {ot.__version__} is installed: pip install 'POT>=0.9.7'")
     m = Y.n
     rows, cols = keys // m, keys % m
     c = _pair_cost(X.points[rows], Y.points[cols], cost)
@@ -282,11 +294,11 @@ def w2_sparse(x, a, y, b, cost="chordal", tol=1e-3, k=SPARSE_K, seed=0, max_seco
     by exact pricing (see the module docstring); exact when no pair is left violated.
 
     A side of more than ``SPARSE_MAX_POINTS`` points (chordal cost) is replaced by its
-    clustering of that many clusters, and the bracket is certified on the points: above, the
-    plan between clusters composed with each cluster's split among its points, whose chordal
-    cost is exact from the barycentres (the LP cost plus the sides' squared quantization
-    errors δ², tiny at 10 points a cluster); below, the duals of the other side (or of the
-    finer clustering) c-transformed over the original points, twice.
+    clustering of ``SPARSE_CLUSTERS`` clusters, and the bracket is certified on the points:
+    above, the plan between clusters composed with each cluster's split among its points,
+    whose chordal cost is exact from the barycentres (the LP cost plus the sides' squared
+    quantization errors δ², tiny at 10 points a cluster); below, the duals of the other
+    side (or of the finer clustering) c-transformed over the original points, twice.
 
     k: neighbours per point in the supports; max_seconds: stop the rounds after this long
     (the bracket so far is returned, certified, with ``tol_met`` False); seed: the random
@@ -308,7 +320,7 @@ def w2_sparse(x, a, y, b, cost="chordal", tol=1e-3, k=SPARSE_K, seed=0, max_seco
     sides = []
     for pts, w, s_ in ((x, a, seed + 7), (y, b, seed + 8)):
         if cost == "chordal" and len(w) > SPARSE_MAX_POINTS:
-            sides.append(_quantize(pts, w, SPARSE_MAX_POINTS, s_))
+            sides.append(_quantize(pts, w, SPARSE_CLUSTERS, s_))
         else:
             sides.append(None)
     delta2 = [0.0 if q is None else float(q[2] @ q[3]) for q in sides]
@@ -324,7 +336,8 @@ def w2_sparse(x, a, y, b, cost="chordal", tol=1e-3, k=SPARSE_K, seed=0, max_seco
         t1 = time.perf_counter()
         upper = upper + delta2[0] + delta2[1]
         if sides[1] is None or (sides[0] is not None and len(sides[1][2]) >= len(sides[0][2])):
-            lower = _certify_on_points(x, a, y, b, v, None if sides[1] is None else sides[1][0], cost)
+            lower = _certify_on_points(x, a, y, b, v, None if sides[1] is None else sides[1][0],
+                                       cost)
         else:
             lower = _certify_on_points(y, b, x, a, u, None if sides[0] is None else sides[0][0],
                                        cost)
