@@ -18,7 +18,7 @@ on all n·m pairs by exact c-transforms (the cone-tree searches of :mod:`.search
   is solved again. When no pair is violated, the two bounds meet: the exact W2.
 
 The first support holds each point's k nearest neighbours on the other side, and, above
-``SPARSE_COARSEST`` points a side, every pair of points whose clusters are coupled by the
+``SPARSE_COARSEST`` points on the larger side, every pair of points whose clusters are coupled by the
 plan of the same problem solved between clusterings ``SPARSE_REFINE`` times coarser
 (recursively): the multiscale support. The coarse plan carries the flow between separated
 pieces of the measures (two caps whose sampled masses differ), which a neighbour support
@@ -57,7 +57,7 @@ __all__ = ["w2_sparse", "SPARSE_K", "SPARSE_COARSEST", "SPARSE_REFINE", "SPARSE_
 #: Nearest neighbours on the other side of each point in the first support; pricing adds a
 #: violating point's best partner with this many of its partner's neighbours.
 SPARSE_K = 6
-#: Above this many points on the smaller side, the first support also holds the pairs whose
+#: Above this many points on the larger side, the first support also holds the pairs whose
 #: clusters the plan between clusterings SPARSE_REFINE times coarser couples.
 SPARSE_COARSEST = 20_000
 SPARSE_REFINE = 4
@@ -271,7 +271,9 @@ def _guide(X, Y, cost, tol, seed, k, log, depth, deadline):
 
 def _core(X, Y, cost, tol, seed, k, log, depth, deadline):
     guide = None
-    if min(X.n, Y.n) > SPARSE_COARSEST:
+    # The larger side decides: 2·10^4 tokens against the 1.3·10^5 cells of a concentrated
+    # mesh snapshot took 206 s without the guide.
+    if max(X.n, Y.n) > SPARSE_COARSEST and min(X.n, Y.n) >= 4 * SPARSE_REFINE:
         guide = _guide(X, Y, cost, tol, seed, k, log, depth, deadline)
     return _solve(X, Y, cost, tol, seed, k, guide, log, depth, deadline)
 
