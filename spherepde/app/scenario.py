@@ -539,12 +539,8 @@ def _cost_rank(task: Task) -> tuple:
 
 
 def _pool_init(threads: int) -> None:
-    import signal
-
     import numba
 
-    # Ctrl-C is the parent's to handle (it stops the pool); see _run_in_pool.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
 
 
@@ -552,8 +548,8 @@ def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, done:
                  total: int, reused: int) -> None:
     """Compute ``todo`` in ``n_workers`` processes (longest first); each finished run is saved
     by this process as it arrives and put into ``done`` (task key -> Run). Ctrl-C (SIGINT to
-    this process) stops the workers and propagates; the workers ignore SIGINT themselves (from
-    their initializer on), so a Ctrl-C at the terminal is handled by this process only."""
+    this process) stops the workers and propagates; the workers ignore SIGINT themselves, so a
+    Ctrl-C at the terminal reaches this process only."""
     import multiprocessing as mp
     import signal
 
@@ -566,13 +562,9 @@ def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, done:
     bar = tqdm(total=total, initial=reused, desc=f"spherepde run ({n_workers} processes)",
                disable=not progress, unit="run")
     try:
-        # The workers ignore SIGINT from their initializer on. While they are started, a
-        # Ctrl-C here is noted and raised once the pool exists (it used to be ignored for
-        # that moment, so that the workers would inherit the ignoring across exec, and a
-        # Ctrl-C that fell into it was lost: the run went on and exited 0).
-        caught = []
+        # the workers start with SIGINT ignored (kept across exec), and stay so
         try:
-            previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         except ValueError:  # not the main thread: no handler of ours to keep or restore
             previous = None
         try:
@@ -581,8 +573,6 @@ def _run_in_pool(todo: list, n_workers: int, folder: Path, progress: bool, done:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
         for run in pool.imap_unordered(run_one, order):
             task = by_key[run.key]
             run.save(folder / task.filename)
