@@ -211,7 +211,7 @@ def _price(X, Y, u, v, cost):
     return lower, vx, gj[vx], vy, fi[vy]
 
 
-def _solve(X, Y, cost, tol, seed, k, guide_keys, log, depth, deadline):
+def _solve(X, Y, cost, tol, k, guide_keys, log, depth, deadline):
     """Rounds of LP and pricing on the support (first: cross neighbours, the feasible
     coupling, the guide) until the bracket on W2 is within tol, nothing is violated, or the
     rounds or the time run out. Returns (lower, upper, plan, u, v)."""
@@ -275,7 +275,7 @@ def _core(X, Y, cost, tol, seed, k, log, depth, deadline):
     # mesh snapshot took 206 s without the guide.
     if max(X.n, Y.n) > SPARSE_COARSEST and min(X.n, Y.n) >= 4 * SPARSE_REFINE:
         guide = _guide(X, Y, cost, tol, seed, k, log, depth, deadline)
-    return _solve(X, Y, cost, tol, seed, k, guide, log, depth, deadline)
+    return _solve(X, Y, cost, tol, k, guide, log, depth, deadline)
 
 
 def _certify_on_points(x, a, y, b, pot, lab, cost):
