@@ -807,8 +807,9 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
         Largest mass left out of each side (its lightest points; see :func:`_prune`). Default:
         what keeps the bracket within tol / PRUNE of each side's W2 change, tol^2 / (PRUNE^2 D).
     max_seconds : float, optional
-        Give up after the first stage that ends past this time, with the bracket certified so
-        far (``details["stopped"]`` says so), as when the continuation breaks down.
+        Give up once this time has passed (tested inside Newton's steps and the Sinkhorn
+        chunks, and at the end of every stage), with the bracket certified so far
+        (``details["stopped"]`` says so), as when the continuation breaks down.
 
     Returns
     -------
@@ -1023,7 +1024,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
             if verbose:
                 print(entry)
             bad_stages = bad_stages + 1 if entry.get("err", 0.0) > DIVERGED_ERR else 0
-            out_of_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
+            out_of_time = deadline is not None and time.perf_counter() > deadline
             if (bad_stages >= DIVERGED_STAGES or out_of_time) and not done:
                 stopped = (f"{bad_stages} stages in a row ended with a marginal error above "
                            f"{DIVERGED_ERR:g} (last {entry['err']:.2f} at level {entry['level']}, "

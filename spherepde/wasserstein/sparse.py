@@ -48,6 +48,8 @@ from scipy.spatial import cKDTree
 
 from .costs import _pair_cost, cost_diameter
 from .multiscale import _morton_keys, _northwest_pairs, _prune, _widen
+# mass left out of each side, relative to tol^2 / diameter (see .quantized)
+from .quantized import PRUNE
 from .result import bracket_result, reject_options
 from .search import ConeTree
 
@@ -63,9 +65,6 @@ SPARSE_COARSEST = 20_000
 SPARSE_REFINE = 4
 #: LP solves at most (each after a pricing round).
 SPARSE_MAX_ROUNDS = 30
-#: Mass left out of each side (its lightest points), relative to tol^2 / diameter, as in the
-#: quantized solver: the bracket is widened by what it can move W2.
-PRUNE = 200
 #: A pair is violated when its reduced cost is below -VIOLATION (round-off of the duals).
 VIOLATION = 1e-12
 #: A side with more points than SPARSE_MAX_POINTS (chordal cost) is solved as its clustering
@@ -278,13 +277,14 @@ def _core(X, Y, cost, tol, seed, k, log, depth, deadline):
     return _solve(X, Y, cost, tol, k, guide, log, depth, deadline)
 
 
-def _certify_on_points(x, a, y, b, pot, lab, cost):
+def _certify_on_points(x, a, y, b, pot, lab, cost, tree_y=None):
     """Lower bound on W2^2 between the original clouds from a potential of the y side (on
     its points, or on its clusters when lab maps each point to its cluster): pot
-    c-transformed onto the points of x and back, <a, g> + <b, g^c> and <a, g> + <b, pot>."""
+    c-transformed onto the points of x and back, <a, g> + <b, g^c> and <a, g> + <b, pot>.
+    tree_y: a ConeTree already built on y, if there is one."""
     g_y = pot if lab is None else pot[lab]
     g_y = g_y - np.mean(g_y)
-    tree_y = ConeTree(y)
+    tree_y = ConeTree(y) if tree_y is None else tree_y
     g, _ = tree_y.fit(g_y).cmin(x, cost)
     h, _ = ConeTree(x).fit(g).cmin(y, cost)
     return max(float(a @ g + b @ g_y), float(a @ g + b @ h))
@@ -338,11 +338,12 @@ def w2_sparse(x, a, y, b, cost="chordal", tol=1e-3, k=SPARSE_K, seed=0, max_seco
         t1 = time.perf_counter()
         upper = upper + delta2[0] + delta2[1]
         if sides[1] is None or (sides[0] is not None and len(sides[1][2]) >= len(sides[0][2])):
+            # y at its points: its cone tree is the one the pricing used
             lower = _certify_on_points(x, a, y, b, v, None if sides[1] is None else sides[1][0],
-                                       cost)
+                                       cost, Y.cone if sides[1] is None else None)
         else:
             lower = _certify_on_points(y, b, x, a, u, None if sides[0] is None else sides[0][0],
-                                       cost)
+                                       cost, X.cone if sides[0] is None else None)
         t_points = time.perf_counter() - t1
     if slack > 0:
         lower, upper = _widen(lower, upper, slack)
