@@ -42,11 +42,15 @@ e^{\sum_k u_k} - \sum_{\alpha\in S} u^\alpha/\alpha!` (the tail of the majorant 
 every term of the exact pair sum is at least :math:`e^{-\sum u_k}` times the same prefactor.
 Both s and a (:math:`|y_j| = 1`) of the pair are therefore off by at most
 :math:`\varepsilon_{QA} = R_S(u)\,e^{\sum u_k}` times the pair's exact s; θ is chosen so that
-:math:`\varepsilon_{QA} \le \mathrm{tol}/4`. Pairs whose every term is below
-:math:`\tfrac{\mathrm{tol}}{5}\,\tfrac{W_A}{|w|}\,e^{\lambda_Q}` are dropped, where
+:math:`\varepsilon_{QA} \le \mathrm{tol}/4`. A pair is dropped when its largest possible
+term, times the atom node's weight :math:`W_A`, is at most
+:math:`\tfrac{\mathrm{tol}}{10}\,e^{\lambda_Q}\max(W_A/|w|,\,1/K)`, where
 :math:`\lambda_Q` is a lower bound of :math:`\log s_i` over Q (the largest logit of one leaf
-found by a greedy descent per query): the dropped nodes of a query are disjoint, so they carry
-at most tol/5 of its s. Every other pair is summed exactly (the leaves). With all parts,
+found by a greedy descent per query) and K is the number of leaves of the atom tree: the
+dropped nodes of a query are disjoint, so their shares :math:`W_A/|w|` add up to at most 1 and
+their number to at most K, and together they carry at most tol/5 of its s. The first term
+drops what lies far from the query's kernel; the second drops light nodes near it (a density
+on a mesh, whose cell weights span many decades, not equal-weight tokens). Every other pair is summed exactly (the leaves). With all parts,
 :math:`|\Delta s|, |\Delta a| \le 0.45\,\mathrm{tol}\,s`, hence for :math:`|a| \le s`
 
 .. math:: \Big|V\frac{a}{s} - V\frac{\hat a}{\hat s}\Big| \le
@@ -668,10 +672,12 @@ GRID = 92
 
 @njit(cache=True)
 def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, acen, afr,
-              aext, log_drop, eps, u_max, cost_term, max_set):
+              aext, alogW, log_drop, log_leaf, eps, u_max, cost_term, max_set):
     """The dual-tree walk from (root, root): each pair of nodes is dropped, expanded, summed
-    directly or split (module docstring). Returns the pairs to expand and to sum directly,
-    (n, 2) each, and the number of dropped pairs."""
+    directly or split (module docstring). A pair is dropped when its largest possible term
+    e^hi, times the atom node's weight W_A, is at most D/2 e^{lambda_Q} max(W_A/|w|, 1/K)
+    (log_drop = log(D/(2|w|)), log_leaf = log(D/(2K)), K the atom tree's leaves). Returns
+    the pairs to expand and to sum directly, (n, 2) each, and the number of dropped pairs."""
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
     u = np.empty(3)
@@ -691,7 +697,7 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
         ra = math.sqrt(aext[P, 0] ** 2 + aext[P, 1] ** 2 + aext[P, 2] ** 2)
         cn = math.sqrt(_dot3(acen[P], acen[P]))
         hi = min(_upper(qcen[Q], acen[P], afr[P], aext[P]) + rq * (cn + ra), qmax[Q])
-        if hi < log_drop + qlam[Q]:
+        if hi < qlam[Q] + max(log_drop, log_leaf - alogW[P]):
             dropped += 1
             continue
         j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
@@ -921,6 +927,7 @@ class FarField:
         self._logw = np.log(self._w)
         self._yT = np.ascontiguousarray(self._y.T)
         self._logW = _node_logsum(self._lo, self._hi, self._child, self._logw)
+        self._leaves = int(np.count_nonzero(self._child < 0))
 
     @property
     def n(self) -> int:
@@ -965,8 +972,10 @@ class FarField:
         qmax = _node_max_norm(qlo, qhi, qchild, qs)
         exp_pairs, dir_pairs, dropped = _traverse(
             qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, self._lo, self._hi, self._child,
-            self._cen, self._fr, self._ext, math.log(DROP_SHARE * tol / self.mass),
-            EXPANSION_SHARE * tol, U_MAX, COST_TERM, MAX_SET)
+            self._cen, self._fr, self._ext, self._logW,
+            math.log(0.5 * DROP_SHARE * tol / self.mass),
+            math.log(0.5 * DROP_SHARE * tol / self._leaves), EXPANSION_SHARE * tol, U_MAX,
+            COST_TERM, MAX_SET)
         pairs = np.concatenate((exp_pairs, dir_pairs))
         expand = np.zeros(pairs.shape[0], dtype=np.bool_)
         expand[:exp_pairs.shape[0]] = True
