@@ -14,8 +14,11 @@ whole interval; a converged curve is then compared with the other solvers. Fits 
 curves only.
 
 Every finished (scenario, solver, beta, resolution) piece is saved atomically under
-``validation/output/low_temperature[_quick]_runs/`` and reused by a rerun (``--fresh``
-recomputes); each records its wall and CPU seconds.
+``validation/output/low_temperature[_quick|_medium]_runs/`` and reused by a rerun (``--fresh``
+recomputes); each records its wall and CPU seconds. The full study's finished pieces (a few
+KB each: the curves, not the states) are committed, so that a clone regenerates its report
+(``--report-only``) and continues the study where it stopped; the checkpoints inside a piece
+(``*.partial.npz``, with the state) are not.
 
 Run:
     .venv/bin/python validation/low_temperature.py --quick    # 6 min on 2 busy cores (load 2-3.5)
@@ -175,20 +178,15 @@ def run_particles(scenario, beta, n, times):
     x0, w = cloud.points, cloud.weights
     basis = dominant_invariant_subspace(model.V)
     rows = []
-    # a strided subset: the tokens start on rho_0's lattice, ordered along the cap, so the
-    # first 3000 would all lie near its centre (and in one cluster late in the run)
-    keep = np.unique(np.linspace(0, n - 1, min(n, 3000)).astype(np.int64))
-    snaps = []
 
     def on_output(i, t, x):
         rows.append((*_w2_bracket(sp.PointCloud(x, w), limit), terminal_fraction(x, w, basis)))
-        snaps.append(x[keep].copy())
 
     solver = _particle_solver(model)
     traj = solver.solve(x0, times, w, callback=on_output, every=len(times), tokens=slice(0, 1))
     arr = np.array(rows)
     return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
-            "terminal": arr[:, 3], "snapshots": np.stack(snaps),
+            "terminal": arr[:, 3],
             "kernel": repr(solver),
             "rhs_evaluations": int(traj.stats.get("fevals", -1)),
             "harmonic_evaluations": int(traj.stats.get("evaluations_harmonic", 0)),
