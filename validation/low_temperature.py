@@ -15,10 +15,11 @@ curves only.
 
 Every finished (scenario, solver, beta, resolution) piece is saved atomically under
 ``validation/output/low_temperature[_quick|_medium]_runs/`` and reused by a rerun (``--fresh``
-recomputes); each records its wall and CPU seconds. The full study's finished pieces (a few
-KB each: the curves, not the states) are committed, so that a clone regenerates its report
-(``--report-only``) and continues the study where it stopped; the checkpoints inside a piece
-(``*.partial.npz``, with the state) are not.
+recomputes); each records its wall and CPU seconds. The full study's store is committed, so
+that a clone regenerates its report (``--report-only``) and continues the study where it
+stopped: the finished pieces (a few KB each: the curves, not the states) and the checkpoint
+of a finite-volume piece that a sitting left unfinished (``*.partial.npz``: its rows and the
+state it reached, 0.75 MB at n = 128), from which the next run resumes.
 
 Run:
     .venv/bin/python validation/low_temperature.py --quick    # 6 min on 2 busy cores (load 2-3.5)
