@@ -50,7 +50,8 @@ found by a greedy descent per query) and K is the number of leaves of the atom t
 dropped nodes of a query are disjoint, so their shares :math:`W_A/|w|` add up to at most 1 and
 their number to at most K, and together they carry at most tol/5 of its s. The first term
 drops what lies far from the query's kernel; the second drops light nodes near it (a density
-on a mesh, whose cell weights span many decades, not equal-weight tokens). Every other pair is summed exactly (the leaves). With all parts,
+on a mesh, whose cell weights span many decades, not equal-weight tokens). Every other pair
+is summed exactly (the leaves). With all parts,
 :math:`|\Delta s|, |\Delta a| \le 0.45\,\mathrm{tol}\,s`, hence for :math:`|a| \le s`
 
 .. math:: \Big|V\frac{a}{s} - V\frac{\hat a}{\hat s}\Big| \le
