@@ -35,20 +35,20 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
     the default scenario. At finite beta, three states: the initial vMF, a concentrated one
     (two vMF caps of concentration 20 at +-e, e the dominant direction: the shape rho_t
     takes on its way to Pi#rho0) and a late one (caps of concentration 1000 over a floor of
-    1e-6 of the mean, as the study's state at beta = 256, t = 8.5), and three velocity paths
+    1e-6 of the mean, as the study's state at beta = 256, t = 8.5), and four velocity paths
     measured in the same run: the reference (ducc0's non-equispaced SHT at every call, exact
     cap sums past the harmonic module's own level 1e-10; up to n = ref_max_n, and
     ref_max_n_concentrated for the other states, where its cap sums cost O(n^4)), the default
-    (planned transforms, exact cap sums past VELOCITY_TOL, the field at 1e-12) and "loose
-    field" (the same with the field built at VELOCITY_TOL / 100, the earlier choice).
+    (planned transforms, exact sums past the mesh's default_velocity_tol, the field at 1e-12),
+    "tol 1e-7" (the same at the earlier fixed velocity_tol = 1e-7) and "loose field" (1e-7
+    with the field built at 1e-9, the choice before that).
     Times are the best of ``repeat``."""
     import numba
 
     import spherepde as sp
     from spherepde.app.config import DEFAULT
     from spherepde.app.scenario import build_initial, build_model
-    from spherepde.density.finite_volume import (VELOCITY_TOL, CellHarmonic, EdgeVelocity,
-                                                 FiniteVolumeSolver)
+    from spherepde.density.finite_volume import CellHarmonic, EdgeVelocity, FiniteVolumeSolver
 
     print(f"numba threads: {numba.get_num_threads()}, beta = {beta:g}")
     best = lambda fn: min(_timed(fn) for _ in range(repeat))
@@ -81,13 +81,13 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
                                            sp.measures.Uniform(3)],
                                           [0.4995, 0.4995, 1e-3 - 1e-6, 1e-6])}
     paths = {"reference": dict(planned=False, velocity_tol=1e-10),
-             "default": dict(planned=True, velocity_tol=VELOCITY_TOL),
+             "default": dict(planned=True, velocity_tol=None),
+             "tol 1e-7": dict(planned=True, velocity_tol=1e-7),
              # the field built at velocity_tol / 100, as before: its larger bounds send more
              # edge points to the exact sums
-             "loose field": dict(planned=True, velocity_tol=VELOCITY_TOL,
-                                 field_tol=VELOCITY_TOL / 100)}
-    print("| n | cells | state | path | plan s | velocity ms | rhs ms | SSPRK3 step ms | "
-          "exact-sum share | rhs ref/default (loose/default) |")
+             "loose field": dict(planned=True, velocity_tol=1e-7, field_tol=1e-9)}
+    print("| n | cells | state | path | velocity_tol | plan s | velocity ms | rhs ms | "
+          "SSPRK3 step ms | exact-sum share | rhs ref/default (other/default) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for n in ns:
         for state, mu in states.items():
@@ -122,8 +122,10 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
                 rhs_of[name] = rhs
                 ratio = (f"{rhs_of['reference'] / rhs:.2f}"
                          if name == "default" and "reference" in rhs_of else
-                         f"{rhs / rhs_of['default']:.2f}" if name == "loose field" else "")
-                print(f"| {n} | {solver.mesh.n_cells} | {state} | {name} | {build:.1f} | "
+                         f"{rhs / rhs_of['default']:.2f}" if name in ("tol 1e-7", "loose field")
+                         else "")
+                print(f"| {n} | {solver.mesh.n_cells} | {state} | {name} | "
+                      f"{solver.operator.velocity_tol:.1e} | {build:.1f} | "
                       f"{1e3 * vel:.1f} | {1e3 * rhs:.1f} | {1e3 * step:.1f} | {share:.3f} | "
                       f"{ratio} |", flush=True)
                 del solver, op
@@ -250,7 +252,8 @@ if __name__ == "__main__":
     p.add_argument("--ref-max-n", type=int, default=128,
                    help="cost: the reference path only up to this n")
     p.add_argument("--ref-max-n-concentrated", type=int, default=32)
-    p.add_argument("--velocity-tol", type=float, default=1e-7)
+    p.add_argument("--velocity-tol", type=float, default=None,
+                   help="default: the solver's own, default_velocity_tol(mesh)")
     p.add_argument("--out", default="fv_concentration")
     p.add_argument("files", nargs="*", help="table: the saved runs of one beta")
     a = p.parse_args()

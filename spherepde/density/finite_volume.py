@@ -75,7 +75,7 @@ from .base import DensitySolution, DensitySolver, check_mass, check_values, dens
 
 __all__ = ["FiniteVolumeSolver", "FiniteVolumeSolution", "FiniteVolumeScheme", "TransportSolver",
            "EdgeVelocity", "CellHarmonic", "LIMITERS", "RECONSTRUCTIONS", "SSP_SCHEMES",
-           "VELOCITY_TOL"]
+           "default_velocity_tol"]
 
 #: Limiters by name -> kernel code. "barth_jespersen": edge values within the range of the
 #: cell and its four neighbours (monotone, positive); "positivity": only edge values >= 0
@@ -97,12 +97,24 @@ RECONSTRUCTIONS = ("linear", "quadratic", "cubic")
 #: docstring), for the quadratic and cubic reconstructions; the positivity step is
 #: 8 omega = 0.8 times the linear one.
 QUADRATIC_EDGE_WEIGHT = 0.1
-#: The accuracy FiniteVolumeSolver asks of the harmonic field at the edge points, relative to
-#: |V|_2 (CellHarmonic): below the O(h^2) error of the cell measure's own field (measured
-#: 0.017 h^2 in the default scenario: 3e-4 at n = 16, 1.2e-6 at n = 256 by that law), and
-#: loose enough that only edge points in regions of exponentially small kernel mass need
-#: the exact fallback sums (docs/methods.md, "Finite volumes on S^2").
-VELOCITY_TOL = 1e-7
+#: The face velocities' own discretisation error: the field of the cell measure is off from
+#: that of the smooth density by about FIELD_ERROR_H2 · h² (max over the edge points; measured
+#: 3.1e-4, 7.8e-5, 2.0e-5 at n = 16, 32, 64 in the default scenario, h = mesh.h ≈ 2.2/n).
+FIELD_ERROR_H2 = 0.017
+#: The accuracy FiniteVolumeSolver asks of the harmonic field by default (CellHarmonic's
+#: flux criterion, relative to |V|_2): this share of that discretisation error ...
+VELOCITY_TOL_SHARE = 0.5
+#: ... and never looser than this (the largest value whose effect on a study curve was
+#: measured: docs/methods.md, "How accurate the edge velocities must be").
+VELOCITY_TOL_MAX = 1e-5
+
+
+def default_velocity_tol(mesh: CubedSphere) -> float:
+    """The default ``velocity_tol`` of :class:`FiniteVolumeSolver` on ``mesh``:
+    min(VELOCITY_TOL_MAX, VELOCITY_TOL_SHARE · FIELD_ERROR_H2 · h²), half the error the cell
+    measure's own field has at a smooth state (1e-5 up to n = 64, 2.5e-6 at n = 128, 6.3e-7
+    at n = 256)."""
+    return min(VELOCITY_TOL_MAX, VELOCITY_TOL_SHARE * FIELD_ERROR_H2 * mesh.h ** 2)
 #: path="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
 #: n = 24 on one core) and the harmonic field beyond.
 DIRECT_MAX_N = 24
@@ -456,7 +468,8 @@ class CellHarmonic(VelocityOperator):
         lose their relative accuracy) are summed exactly over the cap of cell nodes that
         carries their kernel, to the same accuracy (:meth:`HarmonicField.exact_at`).
         None (default): the harmonic module's own level ``FALLBACK_FACTOR * tol`` (1e-10);
-        :class:`FiniteVolumeSolver` passes its ``velocity_tol`` (default :data:`VELOCITY_TOL`).
+        :class:`FiniteVolumeSolver` passes its ``velocity_tol`` (default
+        :func:`default_velocity_tol`).
 
     flux_criterion : bool
         Judge a target by the flux it feeds (:meth:`attention`, ``edge_density``; default)
@@ -925,9 +938,10 @@ class FiniteVolumeSolver(_CellMassSolver):
     kernel : interaction kernel of :func:`spherepde.interaction.attention` (direct path)
     quadrature_order : Gauss points a side per cell for the initial cell integrals
     mass_rtol : tolerance on the mass of density0
-    velocity_tol : float
+    velocity_tol : float, optional
         Harmonic path: the accuracy of the face velocities for the cell measure, relative to
-        |V|_2 (:class:`CellHarmonic`; default :data:`VELOCITY_TOL`).
+        |V|_2 (:class:`CellHarmonic`'s flux criterion). None (default):
+        :func:`default_velocity_tol`, half the O(h²) error the cell measure's own field has.
     planned : bool
         Harmonic path: planned transforms (default) or ducc0's non-equispaced SHT at every
         call (the reference; same results to ~1e-13).
@@ -943,9 +957,11 @@ class FiniteVolumeSolver(_CellMassSolver):
 
     def __init__(self, model, n, scheme="ssprk3", cfl=0.9, limiter="barth_jespersen",
                  path="auto", kernel="auto", quadrature_order=3, mass_rtol=1e-6,
-                 reconstruction="cubic", velocity_tol=VELOCITY_TOL, planned=True):
+                 reconstruction="cubic", velocity_tol=None, planned=True):
         super().__init__(model, n, scheme, cfl, limiter, quadrature_order, mass_rtol,
                          reconstruction)
+        if velocity_tol is None:
+            velocity_tol = default_velocity_tol(self.mesh)
         if not (isinstance(velocity_tol, (int, float)) and 0.0 < velocity_tol < 1.0):
             raise ValueError(f"velocity_tol must be a number in (0, 1) (the accuracy of the "
                              f"face velocities relative to |V|); got {velocity_tol!r}")
@@ -959,7 +975,7 @@ class FiniteVolumeSolver(_CellMassSolver):
         build = {"zero_temperature": lambda: ZeroTemperature(model, pts, w, targets=edges),
                  "direct": lambda: DirectQuadrature(model, pts, w, kernel=kernel, targets=edges),
                  "harmonic": lambda: CellHarmonic(model, mesh, edges, planned=planned,
-                                                  velocity_tol=velocity_tol)}
+                                                  velocity_tol=self.velocity_tol)}
         self.operator = build[name]()
         self.field = EdgeVelocity(self.fv, self.operator)
 
