@@ -248,6 +248,9 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
     arr = np.array(rows)
     return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
             "terminal": arr[:, 3], "cells": solver.mesh.n_cells,
+            # the face-velocity accuracy of the last sitting (the solver's mesh default; the
+            # pieces before it were computed at 1e-7, docs/methods.md "What converged means")
+            "velocity_tol": np.array(solver.velocity_tol),
             "resumed_seconds": np.array(spent), "resumed_cpu_seconds": np.array(spent_cpu)}
 
 
@@ -528,6 +531,29 @@ def fit_rate(t, w, t0, t1, sqrt_t=False):
     return float(-np.polyfit(t[sel], y, 1)[0])
 
 
+def fit_minima(curves: list[Curve], scenario: str):
+    """The closest approach of one scenario's converged finite-beta curves (particles or
+    finite volumes): points (solver, beta, t*, min W2), one per converged curve whose minimum
+    is interior; the censored ones (solver, beta, t_end), whose minimum is the window's last
+    sample and so only bounds t* from below; and the fit t* = slope log beta + intercept
+    with its R², and min W2 = e^log_prefactor sqrt(log(beta+1)/beta)^exponent, or None
+    with fewer than MIN_FIT_BETAS distinct betas (through two, any line fits exactly and
+    R² = 1 says nothing)."""
+    fitted = [c for c in curves if c.scenario == scenario and c.solver != "spectral"
+              and c.converged and math.isfinite(c.beta)]
+    pts = [(c.solver, c.beta, *c.minimum()) for c in fitted if c.interior_minimum]
+    censored = [(c.solver, c.beta, c.times[-1]) for c in fitted if not c.interior_minimum]
+    if len({p[1] for p in pts}) < MIN_FIT_BETAS:
+        return pts, censored, None
+    _, b, ts, wm = (np.array(v) for v in zip(*pts))
+    p = np.polyfit(np.log(b), ts, 1)
+    resid = ts - np.polyval(p, np.log(b))
+    r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
+    q = np.polyfit(np.log(np.sqrt(np.log(b + 1) / b)), np.log(wm), 1)
+    return pts, censored, {"slope": p[0], "intercept": p[1], "r2": r2, "exponent": q[0],
+                           "log_prefactor": q[1]}
+
+
 def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=()):
     colors = {b: plt.cm.viridis(i / max(1, len(plan.betas) - 1)) for i, b in enumerate(plan.betas)}
     colors[math.inf] = "k"
@@ -552,37 +578,35 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
         a.legend(fontsize=6, ncol=2)
         a.grid(alpha=0.3, which="both")
 
-    # Closest approach and depth, from the converged finite-beta curves of the dim E = 1
-    # scenario, whichever solver converged: one point per converged curve; a fit needs three
-    # distinct betas (through two, any line fits exactly and R^2 = 1 says nothing).
-    # A curve whose minimum is the window's last sample only bounds t* from below: left out.
-    fitted = [c for c in curves if c.scenario == "E1" and c.solver != "spectral"
-              and c.converged and math.isfinite(c.beta)]
-    pts = [(c.solver, c.beta, *c.minimum()) for c in fitted if c.interior_minimum]
-    censored = [(c.solver, c.beta, c.times[-1]) for c in fitted if not c.interior_minimum]
-    fit = None
-    if len({p[1] for p in pts}) >= MIN_FIT_BETAS:
-        _, b, ts, wm = (np.array(v) for v in zip(*pts))
-        p = np.polyfit(np.log(b), ts, 1)
-        resid = ts - np.polyval(p, np.log(b))
-        r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
-        eps = np.sqrt(np.log(b + 1) / b)
-        q = np.polyfit(np.log(eps), np.log(wm), 1)
-        fit = {"slope": p[0], "intercept": p[1], "r2": r2, "exponent": q[0]}
-        grid = np.linspace(np.log(b).min(), np.log(b).max(), 50)
-        ax[0, 2].plot(grid, np.polyval(p, grid), color="0.5", lw=0.8, label=(
-            f"t* = {p[0]:.2f} log β + {p[1]:.2f}, R² = {r2:.3f}"))
-        ax[1, 0].loglog(eps, np.exp(np.polyval(q, np.log(eps))), color="0.5", lw=0.8,
-                        label=f"exponent {q[0]:.2f}")
-    for solver in ("particles", "finite_volume"):
-        mine = [(b, ts, wm) for s_, b, ts, wm in pts if s_ == solver]
-        if mine:
-            b, ts, wm = (np.array(v) for v in zip(*mine))
-            ax[0, 2].plot(np.log(b), ts, "o", label=solver)
-            ax[1, 0].loglog(np.sqrt(np.log(b + 1) / b), wm, "o", label=solver)
+    # Closest approach and depth per scenario, from its converged finite-beta curves,
+    # whichever solver converged (fit_minima).
+    fits = {scenario: fit_minima(curves, scenario) for scenario in ("E1", "E2")}
+    marks = {"E1": "o", "E2": "s"}
+    for scenario, (pts, _, fit) in fits.items():
+        if fit is not None:
+            b = np.array([p_[1] for p_ in pts])
+            grid = np.linspace(np.log(b).min(), np.log(b).max(), 50)
+            eps = np.sqrt(np.log(b + 1) / b)
+            ax[0, 2].plot(grid, fit["slope"] * grid + fit["intercept"], color="0.5", lw=0.8,
+                          ls="-" if scenario == "E1" else "--", label=(
+                              f"dim E = {SCENARIOS[scenario]['dimE']}: t* = {fit['slope']:.2f} "
+                              f"log β + {fit['intercept']:.2f}, R² = {fit['r2']:.3f}"))
+            ax[1, 0].loglog(eps, np.exp(fit["log_prefactor"]) * eps ** fit["exponent"],
+                            color="0.5", lw=0.8, ls="-" if scenario == "E1" else "--",
+                            label=f"dim E = {SCENARIOS[scenario]['dimE']}: exponent "
+                                  f"{fit['exponent']:.2f}")
+        for solver in ("particles", "finite_volume"):
+            mine = [(b, ts, wm) for s_, b, ts, wm in pts if s_ == solver]
+            if mine:
+                b, ts, wm = (np.array(v) for v in zip(*mine))
+                lab = f"{solver}, dim E = {SCENARIOS[scenario]['dimE']}"
+                ax[0, 2].plot(np.log(b), ts, marks[scenario], label=lab,
+                              color="C0" if solver == "particles" else "C1")
+                ax[1, 0].loglog(np.sqrt(np.log(b + 1) / b), wm, marks[scenario], label=lab,
+                                color="C0" if solver == "particles" else "C1")
     ax[0, 2].set_xlabel(r"$\log\beta$")
     ax[0, 2].set_ylabel(r"$t^* = \arg\min_t W_2$")
-    ax[0, 2].set_title("closest approach (converged curves, dim E = 1)")
+    ax[0, 2].set_title("closest approach (converged curves)")
     ax[0, 2].legend(fontsize=7)
     ax[1, 0].set_xlabel(r"$\sqrt{\log(\beta+1)/\beta}$")
     ax[1, 0].set_ylabel(r"$\min_t W_2$")
@@ -643,18 +667,21 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
                  "times; the other solver's own error is its max |fine−coarse|):", "",
                  table(agree, ["scenario", "beta", "converged solver", "other", "max \\|diff\\|",
                                "other's error", "within"])]
-    listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f}"
-                       for s_, b, ts, wm in pts) or "none"
-    if censored:
-        listed += (" (left out, converged but still falling at the window's end, t* ≥ t_end: "
-                   + "; ".join(f"{s_} β = {b:g}, t* ≥ {te:g}" for s_, b, te in censored) + ")")
-    if fit is None:
-        text += ["", f"Converged finite-β curves (dim E = 1): {listed}. Fewer than "
-                 f"{MIN_FIT_BETAS} distinct β: no fit of t*(β) or min W2(β)."]
-    else:
-        text += ["", f"Converged finite-β curves (dim E = 1): {listed}. Fit: t* = "
-                 f"{fit['slope']:.3f} log β + {fit['intercept']:.3f} (R² = {fit['r2']:.4f}); "
-                 f"min W2 ∝ sqrt(log(β+1)/β)^{fit['exponent']:.3f}."]
+    for scenario, (pts, censored, fit) in fits.items():
+        dim = SCENARIOS[scenario]["dimE"]
+        listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f}"
+                           for s_, b, ts, wm in pts) or "none"
+        if censored:
+            listed += (" (left out, converged but still falling at the window's end, t* ≥ "
+                       "t_end: " + "; ".join(f"{s_} β = {b:g}, t* ≥ {te:g}"
+                                             for s_, b, te in censored) + ")")
+        if fit is None:
+            text += ["", f"Converged finite-β curves (dim E = {dim}): {listed}. Fewer than "
+                     f"{MIN_FIT_BETAS} distinct β: no fit of t*(β) or min W2(β)."]
+        else:
+            text += ["", f"Converged finite-β curves (dim E = {dim}): {listed}. Fit: t* = "
+                     f"{fit['slope']:.3f} log β + {fit['intercept']:.3f} (R² = "
+                     f"{fit['r2']:.4f}); min W2 ∝ sqrt(log(β+1)/β)^{fit['exponent']:.3f}."]
     if sensitivity:
         text += ["", f"Amplification of a change of the start (dim E = 1, {SENSITIVITY_TOKENS} "
                  f"tokens from the lattice, one run moved by ε = {SENSITIVITY_EPS:g}): "
