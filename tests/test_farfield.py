@@ -68,6 +68,29 @@ def test_far_field_matches_the_direct_kernel(d, kind, kappa):
         assert stats["direct_terms"] < 0.5 * count.sum()
 
 
+@pytest.mark.parametrize("spread", [False, True])
+def test_direct_sums_over_merged_runs_of_atoms_match_the_direct_kernel(monkeypatch, spread):
+    """Every kept pair summed directly (a cost model that never expands): the pairs of one
+    query node merge into runs of consecutive atoms, each summed in one pass with the shift of
+    its nodes' boxes; with weights spanning 1e-300 (log w spread > 600) the pass for the
+    largest logit runs instead. Both match the fused kernel."""
+    import spherepde.interaction.farfield as ff
+
+    rng = np.random.default_rng(7)
+    y, w = cloud("two", 3, 3000, rng)
+    if spread:
+        w = w * np.exp(-690.0 * rng.random(w.size))
+        w /= w.sum()
+    q = 256.0 * y @ rotation(3, rng)
+    monkeypatch.setattr(ff, "COST_TERM", 1e9)
+    s, a, shift, stats = FarField(y, w).sums(q, TOL)
+    assert stats["pairs_expanded"] == 0
+    assert 0 < stats["direct_runs"] < stats["pairs_direct"] / 2  # the leaves did merge
+    ref = attention_numba(q, y, y, w, 1.0, True)
+    assert np.abs(a / s[:, None] - ref).max() <= 100 * TOL
+    assert np.abs(shift + np.log(s) - log_partition_numba(q, y, w, 1.0)).max() <= 100 * TOL
+
+
 @pytest.mark.parametrize("kind", ["tight", "spread"])
 def test_query_lower_bounds_are_bounds_and_shared_within_tight_leaves(kind):
     """The lower bound of log s at every query, which the dropping of pairs rests on: at
