@@ -248,8 +248,9 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
     arr = np.array(rows)
     return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
             "terminal": arr[:, 3], "cells": solver.mesh.n_cells,
-            # the face-velocity accuracy of the last sitting (the solver's mesh default; the
-            # pieces before it were computed at 1e-7, docs/methods.md "What converged means")
+            # the face-velocity accuracy of the last sitting (the solver's mesh default; pieces
+            # from before it were computed at 1e-7: docs/methods.md, "How accurate the edge
+            # velocities must be")
             "velocity_tol": np.array(solver.velocity_tol),
             "resumed_seconds": np.array(spent), "resumed_cpu_seconds": np.array(spent_cpu)}
 
@@ -531,6 +532,11 @@ def fit_rate(t, w, t0, t1, sqrt_t=False):
     return float(-np.polyfit(t[sel], y, 1)[0])
 
 
+def depth_scale(beta):
+    """sqrt(log(beta + 1) / beta), the theorem's scale of the closest approach."""
+    return np.sqrt(np.log(beta + 1) / beta)
+
+
 def fit_minima(curves: list[Curve], scenario: str):
     """The closest approach of one scenario's converged finite-beta curves (particles or
     finite volumes): points (solver, beta, t*, min W2), one per converged curve whose minimum
@@ -549,7 +555,7 @@ def fit_minima(curves: list[Curve], scenario: str):
     p = np.polyfit(np.log(b), ts, 1)
     resid = ts - np.polyval(p, np.log(b))
     r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
-    q = np.polyfit(np.log(np.sqrt(np.log(b + 1) / b)), np.log(wm), 1)
+    q = np.polyfit(np.log(depth_scale(b)), np.log(wm), 1)
     return pts, censored, {"slope": p[0], "intercept": p[1], "r2": r2, "exponent": q[0],
                            "log_prefactor": q[1]}
 
@@ -586,7 +592,7 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
         if fit is not None:
             b = np.array([p_[1] for p_ in pts])
             grid = np.linspace(np.log(b).min(), np.log(b).max(), 50)
-            eps = np.sqrt(np.log(b + 1) / b)
+            eps = depth_scale(b)
             ax[0, 2].plot(grid, fit["slope"] * grid + fit["intercept"], color="0.5", lw=0.8,
                           ls="-" if scenario == "E1" else "--", label=(
                               f"dim E = {SCENARIOS[scenario]['dimE']}: t* = {fit['slope']:.2f} "
@@ -602,7 +608,7 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
                 lab = f"{solver}, dim E = {SCENARIOS[scenario]['dimE']}"
                 ax[0, 2].plot(np.log(b), ts, marks[scenario], label=lab,
                               color="C0" if solver == "particles" else "C1")
-                ax[1, 0].loglog(np.sqrt(np.log(b + 1) / b), wm, marks[scenario], label=lab,
+                ax[1, 0].loglog(depth_scale(b), wm, marks[scenario], label=lab,
                                 color="C0" if solver == "particles" else "C1")
     ax[0, 2].set_xlabel(r"$\log\beta$")
     ax[0, 2].set_ylabel(r"$t^* = \arg\min_t W_2$")

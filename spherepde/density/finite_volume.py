@@ -115,6 +115,8 @@ def default_velocity_tol(mesh: CubedSphere) -> float:
     measure's own field has at a smooth state (1e-5 up to n = 64, 2.5e-6 at n = 128, 6.3e-7
     at n = 256)."""
     return min(VELOCITY_TOL_MAX, VELOCITY_TOL_SHARE * FIELD_ERROR_H2 * mesh.h ** 2)
+
+
 #: path="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
 #: n = 24 on one core) and the harmonic field beyond.
 DIRECT_MAX_N = 24

@@ -66,10 +66,10 @@ Cost. A pair is expanded when :math:`\max_k u_k \le` :data:`U_MAX`, its set
 :math:`S \cup (S + e_k)` has at most :data:`MAX_SET` rows and the expansion is cheaper than
 the direct sum; otherwise it is summed directly (leaves, small pairs) or the node with more
 points is split. The direct pairs of a query node are merged into runs of consecutive atoms
-(a subtree's atoms are contiguous in tree order), each summed in one vectorized pass. For two clusters of radius r the cost is about
-:math:`N\,|S|\,(1 + \beta r^2/U_{\max})` instead of :math:`N^2/2`; tails along a curve cost
-more (every piece of a query curve meets every piece of the atom curve inside its kernel's
-cap). Measured in docs/methods.md.
+(a subtree's atoms are contiguous in tree order), each summed in one vectorized pass. For two
+clusters of radius r the cost is about :math:`N\,|S|\,(1 + \beta r^2/U_{\max})` instead of
+:math:`N^2/2`; tails along a curve cost more (every piece of a query curve meets every piece
+of the atom curve inside its kernel's cap). Measured in docs/methods.md.
 """
 from __future__ import annotations
 
@@ -1016,10 +1016,10 @@ class FarField:
             math.log(0.5 * DROP_SHARE * tol / self._leaves), EXPANSION_SHARE * tol, U_MAX,
             COST_TERM, MAX_SET)
         run_q, run_lo, run_hi, run_start, run_nodes = _runs(dir_pairs, self._lo, self._hi)
-        runs = np.ascontiguousarray(np.stack((run_lo, run_hi), axis=1).reshape(-1, 2))
+        runs = np.stack((run_lo, run_hi), axis=1)
         # a direct entry is (query node, run, 0)
         direct = np.stack((run_q, np.arange(run_q.size), np.zeros(run_q.size, np.int64)),
-                          axis=1).reshape(-1, 3)
+                          axis=1)
         pairs = np.concatenate((exp_pairs, direct))
         expand = np.zeros(pairs.shape[0], dtype=np.bool_)
         expand[:exp_pairs.shape[0]] = True
