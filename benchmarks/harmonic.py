@@ -21,10 +21,13 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    cloud and on late clouds resampled from saved ones (``resample``), in fresh subprocesses:
    time, peak memory, the far-field fallback against the exact cap sums it replaced on the
    same queries, and the fused numba kernel.
+6. ``--tolerances``: the right-hand sides a run of 2048 tokens at beta = 1000 to t = 14 needs
+   at rtol 1e-6, 1e-7 and 1e-9, and how far each W2 curve is from the rtol 1e-9 one: what a
+   looser tolerance would save the N = 10^6 run.
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--kernel auto] [--save-dir DIR] [--late [CLOUD.npy ...]]
-       [--n-late 262144 1000000] [--json out.json]   (no flag: the first three)
+       [--n-late 262144 1000000] [--tolerances] [--json out.json]   (no flag: the first three)
 """
 from __future__ import annotations
 
@@ -224,6 +227,33 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15, kernel="harmonic", sa
                 log=log)
 
 
+def tolerances(n=2048, beta=1000.0, rtols=(1e-6, 1e-7, 1e-9), t_end=14.0, n_times=15):
+    """How many right-hand sides the run to t_end needs at each rtol (atol = rtol/100, fused
+    kernel: the count, not the kernel, is the point) and how far each W2(mu_t, Pi#mu_0) curve
+    is from the tightest one's."""
+    import spherepde as sp
+
+    model = build_model(DEFAULT, beta)
+    x0 = tokens(n)
+    times = np.linspace(0.0, t_end, n_times)
+    limit = model.limit_measure(sp.PointCloud(x0, np.full(n, 1.0 / n)))
+    rows = []
+    for rtol in sorted(rtols, reverse=True):
+        t0 = time.time()
+        traj = sp.ParticleSolver(model, kernel="numba", rtol=rtol, atol=rtol / 100).solve(x0, times)
+        w2 = [float(sp.w2(traj.measure(i), limit)) for i in range(len(times))]
+        rows.append(dict(rtol=rtol, wall_s=time.time() - t0, w2=w2,
+                         **{k: int(traj.stats[k]) for k in ("steps", "rejected", "fevals")}))
+    ref = np.array(min(rows, key=lambda r: r["rtol"])["w2"])
+    for r in rows:
+        r["max_w2_change"] = float(np.max(np.abs(np.array(r["w2"]) - ref)))
+        print(f"[tolerances] N = {n}, beta = {beta:g}, rtol {r['rtol']:g}: {r['fevals']} "
+              f"right-hand sides ({r['steps']} steps, {r['rejected']} rejected), "
+              f"{r['wall_s']:.0f} s; W2 curve moves by {r['max_w2_change']:.2g} against rtol "
+              f"{min(rtols):g} (5% of its minimum: {0.05 * ref.min():.3g})", flush=True)
+    return rows
+
+
 def resample(cloud, n, seed=0, k=5, jitter=0.3):
     """n points drawn from a small cloud (m, 3): each a copy of a random point of it moved by
     a Gaussian of `jitter` times the distance to that point's k-th neighbour (its local
@@ -335,9 +365,12 @@ def main(argv=None):
     p.add_argument("--late", nargs="*", default=None, metavar="CLOUD.npy",
                    help="one right-hand side on the initial cloud and on these late clouds")
     p.add_argument("--n-late", type=int, nargs="+", default=[1 << 18, 10**6])
+    p.add_argument("--tolerances", action="store_true",
+                   help="right-hand sides to t = 14 and the W2 curve's change at rtol 1e-6/7/9")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    if not (a.ratio or a.big or a.crossover or a.full_run or a.late is not None):
+    if not (a.ratio or a.big or a.crossover or a.full_run or a.tolerances
+            or a.late is not None):
         a.ratio = a.big = a.crossover = True
     print(f"machine: {os.cpu_count()} CPUs (shared with other jobs: compare ratios, not times)")
     out = {}
@@ -349,6 +382,8 @@ def main(argv=None):
         out["crossover"] = crossover()
     if a.full_run:
         out["full_run"] = full_run(n=a.n_full, kernel=a.kernel, save_dir=a.save_dir)
+    if a.tolerances:
+        out["tolerances"] = tolerances()
     if a.late is not None:
         out["late"] = [late(n=n, cloud=c) for c in [None] + a.late for n in a.n_late]
     if a.json:
