@@ -60,3 +60,19 @@ def test_piece_removes_its_checkpoint_once_the_piece_is_saved(tmp_path):
     path, _ = lt.piece_path(tmp_path, "E1", "finite_volume", 4.0, 4, times)
     assert path.exists() and len(data["w2"]) == 3
     assert not list(tmp_path.glob("*.partial.npz"))
+
+
+def test_agreement_compares_only_where_the_other_solvers_error_is_measured():
+    # A converged curve against a solver that stopped early: its fine run has two samples past
+    # its coarse run's stop, the last one far off. Those samples carry no error estimate, so
+    # the comparison ends where the coarse run did (t = 0.5), and agrees there.
+    t = TIMES
+    conv = lt.Curve("E1", "finite_volume", 16.0, 64, t, np.array([1.0, 0.9, 0.8, 0.7, 0.6]),
+                    np.array([1.0, 0.9, 0.8, 0.7, 0.6]) + 1e-3, {}, np.zeros(5))
+    stopped = lt.Curve("E1", "spectral", 16.0, 128, t[:4], np.array([1.0, 0.9001, 0.8002, 0.5]),
+                       np.array([1.0, 0.9, 0.8]), {}, np.zeros(4))
+    rows = [r for r in lt.agreement([conv, stopped]) if r[2] == "finite_volume"]
+    assert len(rows) == 1
+    _, _, _, other, until, diff, own, within = rows[0]
+    assert other == "spectral" and until == 0.5
+    assert diff == pytest.approx(2e-4) and own == pytest.approx(2e-4) and within == "yes"
