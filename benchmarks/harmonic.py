@@ -23,11 +23,12 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    same queries, and the fused numba kernel.
 6. ``--tolerances``: the right-hand sides a run of 2048 tokens at beta = 1000 to t = 14 needs
    at rtol 1e-6, 1e-7 and 1e-9, and how far each W2 curve is from the rtol 1e-9 one: what a
-   looser tolerance would save the N = 10^6 run.
+   looser tolerance would save the N = 10^6 run. ``--jacobian``: whether that run is stiff
+   (the eigenvalues of the velocity's Jacobian at five times, beside the steps taken).
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--kernel auto] [--save-dir DIR] [--late [CLOUD.npy ...]]
-       [--n-late 262144 1000000] [--tolerances] [--json out.json]   (no flag: the first three)
+       [--n-late 262144 1000000] [--tolerances] [--jacobian] [--json out.json]   (no flag: the first three)
 """
 from __future__ import annotations
 
@@ -254,6 +255,51 @@ def tolerances(n=2048, beta=1000.0, rtols=(1e-6, 1e-7, 1e-9), t_end=14.0, n_time
     return rows
 
 
+def jacobian_spectrum(n=2048, beta=1000.0, rtol=1e-6, out_times=(1.0, 3.0, 6.0, 10.0, 14.0)):
+    """Whether the particle ODE is stiff: the eigenvalues of the velocity's Jacobian in the
+    2N tangent directions (forward differences, eps = 1e-7, one right-hand side per column)
+    at the given times of one run, beside the median accepted step before each. dopri5's
+    stability region reaches ~3.3 along the negative real axis: h·max|λ| far below that
+    means the steps are set by accuracy, not stability."""
+    import spherepde as sp
+
+    model = build_model(DEFAULT, beta)
+    x0, w = tokens(n), np.full(n, 1.0 / n)
+    solver = sp.ParticleSolver(model, kernel="numba", rtol=rtol, atol=rtol / 100)
+    steps, snaps = [], {}
+    solver.solve(x0, np.array((0.0,) + tuple(out_times)), progress=steps.append,
+                 callback=lambda i, t, x: snaps.__setitem__(float(t), x.copy()))
+    steps = np.array(steps)
+    rows = []
+    for t in out_times:
+        x = snaps[float(t)]
+        a = np.where(np.abs(x[:, :1]) < 0.9, [[1.0, 0.0, 0.0]], [[0.0, 1.0, 0.0]])
+        e1 = a - (a * x).sum(1, keepdims=True) * x
+        e1 /= np.linalg.norm(e1, axis=1, keepdims=True)
+        basis = (e1, np.cross(x, e1))
+        f0, eps = solver.velocity(x, w), 1e-7
+        J = np.empty((2 * n, 2 * n))
+        for j in range(n):
+            for k in range(2):
+                xp = x.copy()
+                xp[j] += eps * basis[k][j]
+                xp[j] /= np.linalg.norm(xp[j])
+                df = (solver.velocity(xp, w) - f0) / eps
+                J[0::2, 2 * j + k] = (df * basis[0]).sum(1)
+                J[1::2, 2 * j + k] = (df * basis[1]).sum(1)
+        lam = np.linalg.eigvals(J)
+        before = np.diff(steps[(steps > t - 0.3) & (steps <= t)])
+        h = float(np.median(before)) if before.size else float("nan")
+        rows.append(dict(t=float(t), max_abs=float(np.abs(lam).max()),
+                         min_re=float(lam.real.min()), max_re=float(lam.real.max()),
+                         max_abs_im=float(np.abs(lam.imag).max()), h_median=h,
+                         h_times_max_abs=h * float(np.abs(lam).max())))
+        print(f"[jacobian] t = {t:g}: Re λ in [{rows[-1]['min_re']:.3g}, "
+              f"{rows[-1]['max_re']:.3g}], max |Im λ| {rows[-1]['max_abs_im']:.3g}; median step "
+              f"{h:.3g}, h·max|λ| = {rows[-1]['h_times_max_abs']:.3g}", flush=True)
+    return rows
+
+
 def resample(cloud, n, seed=0, k=5, jitter=0.3):
     """n points drawn from a small cloud (m, 3): each a copy of a random point of it moved by
     a Gaussian of `jitter` times the distance to that point's k-th neighbour (its local
@@ -367,9 +413,11 @@ def main(argv=None):
     p.add_argument("--n-late", type=int, nargs="+", default=[1 << 18, 10**6])
     p.add_argument("--tolerances", action="store_true",
                    help="right-hand sides to t = 14 and the W2 curve's change at rtol 1e-6/7/9")
+    p.add_argument("--jacobian", action="store_true",
+                   help="the particle ODE's Jacobian spectrum along a beta = 1000 run (N = 2048)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    if not (a.ratio or a.big or a.crossover or a.full_run or a.tolerances
+    if not (a.ratio or a.big or a.crossover or a.full_run or a.tolerances or a.jacobian
             or a.late is not None):
         a.ratio = a.big = a.crossover = True
     print(f"machine: {os.cpu_count()} CPUs (shared with other jobs: compare ratios, not times)")
@@ -384,6 +432,8 @@ def main(argv=None):
         out["full_run"] = full_run(n=a.n_full, kernel=a.kernel, save_dir=a.save_dir)
     if a.tolerances:
         out["tolerances"] = tolerances()
+    if a.jacobian:
+        out["jacobian"] = jacobian_spectrum()
     if a.late is not None:
         out["late"] = [late(n=n, cloud=c) for c in [None] + a.late for n in a.n_late]
     if a.json:
