@@ -174,24 +174,56 @@ def _particle_solver(model):
     return sp.ParticleSolver(model, kernel="auto", rtol=1e-5, atol=1e-7)
 
 
-def run_particles(scenario, beta, n, times):
+def run_particles(scenario, beta, n, times, partial=None):
+    """The particle curve. With ``partial`` (a path) the tokens and the rows so far are saved
+    there atomically at every output time, and a later call resumes from the last one: at
+    beta >= 256 a piece of 64000 tokens or more takes longer than one sitting. An uninterrupted
+    run is one solve over all times, as before checkpoints existed; a resumed one restarts the
+    adaptive step (and the kernel choice) once, at the output it resumes from, so it agrees
+    with an uninterrupted run to the step tolerance, not to round-off (tested)."""
     model, cloud, limit = _particle_start(scenario, beta, n)
-    x0, w = cloud.points, cloud.weights
+    x, w = cloud.points, cloud.weights
     basis = dominant_invariant_subspace(model.V)
-    rows = []
+    times = np.asarray(times, dtype=float)
+    done, rows, spent, spent_cpu = 0, [], 0.0, 0.0
+    if partial is not None and Path(partial).exists():
+        try:
+            saved = io.load_npz(partial)
+            if np.array_equal(saved["times"], times) and saved["state"].shape == x.shape:
+                done, rows, x, spent, spent_cpu = (
+                    int(saved["done"]), [tuple(r) for r in saved["rows"]], saved["state"],
+                    float(saved["seconds"]), float(saved["cpu_seconds"]))
+                print(f"    resuming at t = {times[done]:g} ({done}/{len(times) - 1} intervals, "
+                      f"{spent:.0f} s spent)", flush=True)
+        except Exception as exc:  # a damaged checkpoint is ignored, never trusted
+            print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
+    t0, c0 = time.perf_counter(), time.process_time()
+    start = done
 
-    def on_output(i, t, x):
-        rows.append((*_w2_bracket(sp.PointCloud(x, w), limit), terminal_fraction(x, w, basis)))
+    def on_output(i, t, x_now):
+        k = start + i  # the output's index in times
+        if k < len(rows):  # the row of the output resumed from is saved already
+            return
+        rows.append((*_w2_bracket(sp.PointCloud(x_now, w), limit),
+                     terminal_fraction(x_now, w, basis)))
+        if partial is not None and 0 < k < len(times) - 1:
+            io.save_npz(partial, times=times, done=np.array(k), rows=np.array(rows),
+                        state=x_now, seconds=np.array(spent + time.perf_counter() - t0),
+                        cpu_seconds=np.array(spent_cpu + time.process_time() - c0))
 
     solver = _particle_solver(model)
-    traj = solver.solve(x0, times, w, callback=on_output, every=len(times), tokens=slice(0, 1))
+    rest = times[start:]
+    traj = solver.solve(x, rest, w, callback=on_output, every=len(rest), tokens=slice(0, 1))
     arr = np.array(rows)
     return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
             "terminal": arr[:, 3],
             "kernel": repr(solver),
+            # counts of the last sitting, which began at resumed_from
+            "resumed_from": np.array(times[start]),
             "rhs_evaluations": int(traj.stats.get("fevals", -1)),
             "harmonic_evaluations": int(traj.stats.get("evaluations_harmonic", 0)),
-            "numba_evaluations": int(traj.stats.get("evaluations_numba", 0))}
+            "numba_evaluations": int(traj.stats.get("evaluations_numba", 0)),
+            "resumed_seconds": np.array(spent), "resumed_cpu_seconds": np.array(spent_cpu)}
 
 
 def _density_row(model, mu0):
@@ -286,7 +318,7 @@ def run_sensitivity(scenario, beta, n, times):
 
 
 #: The runners that save their progress within a piece (``partial=``) and resume from it.
-CHECKPOINTED = {"finite_volume"}
+CHECKPOINTED = {"finite_volume", "particles"}
 RUNNERS = {"particles": run_particles, "finite_volume": run_finite_volume, "spectral": run_spectral,
            "sensitivity": run_sensitivity}
 
