@@ -662,6 +662,29 @@ def test_auto_gives_the_multiscale_solver_a_time_budget(monkeypatch):
     assert r.details["tol_met"] and r.lower - 1e-12 <= ex <= r.upper + 1e-12
 
 
+def test_auto_bounds_the_sparse_fallback_too(monkeypatch):
+    """The sparse fallback gets its own budget under "auto" (it had none: on clouds gathered
+    near a great circle its rounds ran for minutes where the clusterings close tol in
+    seconds); a caller's max_seconds is passed to it as given."""
+    from spherepde.wasserstein.result import bracket_result
+
+    mu, nu = random_cloud(300, seed=1), random_cloud(200, seed=3)
+    wide = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
+    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide)
+    seen = []
+    sparse = W._sparse.w2_sparse
+    monkeypatch.setattr(W._sparse, "w2_sparse",
+                        lambda *args, **kw: seen.append(kw["max_seconds"]) or sparse(*args, **kw))
+    sp.w2(mu, nu, tol=1e-3)
+    assert seen[-1] == W.AUTO_SPARSE_MIN_SECONDS == 60.0  # 500 points: the floor
+    monkeypatch.setattr(W, "AUTO_SPARSE_MIN_SECONDS", 0.0)
+    sp.w2(mu, nu, tol=1e-3)
+    assert seen[-1] == pytest.approx(W.AUTO_SPARSE_SECONDS_PER_POINT * 500)
+    sp.w2(mu, nu, tol=1e-3, max_seconds=7.0)
+    assert seen[-1] == 7.0
+
+
 def test_sparse_feasible_support_is_a_coupling():
     from spherepde.wasserstein import sparse as S
 

@@ -98,6 +98,15 @@ AUTO_EXACT_FALLBACK_PAIRS = 100_000_000
 #: than 11 minutes without meeting tol or giving up, where the sparse solver takes 78 s.
 AUTO_MULTISCALE_SECONDS_PER_POINT = 3e-4
 AUTO_MULTISCALE_MIN_SECONDS = 30.0
+#: The sparse fallback's time budget under "auto" (a caller's ``max_seconds`` wins), twice
+#: the multiscale one: on clustered clouds its pricing rounds could run for many minutes where
+#: the exact solve between clusterings, the next fallback, closes tol in seconds (16000 tokens
+#: gathered near a great circle against their projection onto it, dim E = 2 at beta = 16,
+#: t = 10: unbounded, the sparse rounds had not ended after 7 minutes on a loaded machine;
+#: with this budget "auto" returns in 69 s, the clusterings giving a 4e-4 bracket in 1.8 s).
+#: The concentrated 10^5 clouds above (sparse: 78 s) fit in it. Past it the sparse bracket so far is kept, intersected, and the next fallback tried.
+AUTO_SPARSE_SECONDS_PER_POINT = 2 * AUTO_MULTISCALE_SECONDS_PER_POINT
+AUTO_SPARSE_MIN_SECONDS = 2 * AUTO_MULTISCALE_MIN_SECONDS
 #: Points lighter than this (of total mass 1) do not count towards that budget.
 AUTO_HEAVY_WEIGHT = 1e-12
 #: Default target width of the bracket on W2 for the multiscale solver.
@@ -280,6 +289,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         r = (_semidiscrete.w2_semidiscrete(x, a, y, b, cost, **options) if m <= n
              else _semidiscrete.w2_semidiscrete(y, b, x, a, cost, **options))
     else:
+        sparse_seconds = options.get("max_seconds")
         if reason is not None and "max_seconds" not in options:
             # points that carry mass (a mesh snapshot of a concentrated density is mostly
             # cells of < 1e-30, which every solver prunes)
@@ -287,11 +297,13 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
                         + np.count_nonzero(b > AUTO_HEAVY_WEIGHT))
             options["max_seconds"] = max(AUTO_MULTISCALE_MIN_SECONDS,
                                          AUTO_MULTISCALE_SECONDS_PER_POINT * heavy)
+            sparse_seconds = max(AUTO_SPARSE_MIN_SECONDS, AUTO_SPARSE_SECONDS_PER_POINT * heavy)
         r = _multiscale.w2_multiscale_result(x, a, y, b, cost, tol=tol, nu_levels=nu_levels,
                                              **options)
         if reason is not None and r.upper - r.lower > tol:
             width = r.upper - r.lower
-            q = _sparse.w2_sparse(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0))
+            q = _sparse.w2_sparse(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0),
+                                  max_seconds=sparse_seconds)
             why = (f" (it gave up: {r.details['stopped']})" if "stopped" in r.details else "")
             reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}{why}, so the network "
                        f"simplex on a priced sparse support (bracket {q.upper - q.lower:.1e})")
