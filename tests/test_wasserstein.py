@@ -677,7 +677,7 @@ def test_auto_bounds_the_sparse_fallback_too(monkeypatch):
     monkeypatch.setattr(W._sparse, "w2_sparse",
                         lambda *args, **kw: seen.append(kw["max_seconds"]) or sparse(*args, **kw))
     sp.w2(mu, nu, tol=1e-3)
-    assert seen[-1] == W.AUTO_SPARSE_MIN_SECONDS == 60.0  # 500 points: the floor
+    assert seen[-1] == W.AUTO_SPARSE_MIN_SECONDS == 120.0  # 500 points: the floor
     monkeypatch.setattr(W, "AUTO_SPARSE_MIN_SECONDS", 0.0)
     sp.w2(mu, nu, tol=1e-3)
     assert seen[-1] == pytest.approx(W.AUTO_SPARSE_SECONDS_PER_POINT * 500)

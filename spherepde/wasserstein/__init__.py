@@ -98,15 +98,18 @@ AUTO_EXACT_FALLBACK_PAIRS = 100_000_000
 #: than 11 minutes without meeting tol or giving up, where the sparse solver takes 78 s.
 AUTO_MULTISCALE_SECONDS_PER_POINT = 3e-4
 AUTO_MULTISCALE_MIN_SECONDS = 30.0
-#: The sparse fallback's time budget under "auto" (a caller's ``max_seconds`` wins), twice
+#: The sparse fallback's time budget under "auto" (a caller's ``max_seconds`` wins), four times
 #: the multiscale one: on clustered clouds its pricing rounds could run for many minutes where
 #: the exact solve between clusterings, the next fallback, closes tol in seconds (16000 tokens
 #: gathered near a great circle against their projection onto it, dim E = 2 at beta = 16,
 #: t = 10: unbounded, the sparse rounds had not ended after 7 minutes on a loaded machine;
-#: with this budget "auto" returns in 69 s, the clusterings giving a 4e-4 bracket in 1.8 s).
-#: The concentrated 10^5 clouds above (sparse: 78 s) fit in it. Past it the sparse bracket so far is kept, intersected, and the next fallback tried.
-AUTO_SPARSE_SECONDS_PER_POINT = 2 * AUTO_MULTISCALE_SECONDS_PER_POINT
-AUTO_SPARSE_MIN_SECONDS = 2 * AUTO_MULTISCALE_MIN_SECONDS
+#: with a 60 s budget "auto" returned in 69 s, the clusterings giving a 4e-4 bracket in
+#: 1.8 s). The sparse solves measured to their end (docs/methods.md: 78 s for 10^5 x 10^5
+#: two-cap tokens, 146 s for 10^5 tokens against the ~127,000 cells that carry a concentrated
+#: mesh density) fit in it (~240 s and ~270 s). Past it the sparse bracket so far is kept,
+#: intersected, and the next fallback tried.
+AUTO_SPARSE_SECONDS_PER_POINT = 4 * AUTO_MULTISCALE_SECONDS_PER_POINT
+AUTO_SPARSE_MIN_SECONDS = 4 * AUTO_MULTISCALE_MIN_SECONDS
 #: Points lighter than this (of total mass 1) do not count towards that budget.
 AUTO_HEAVY_WEIGHT = 1e-12
 #: Default target width of the bracket on W2 for the multiscale solver.
