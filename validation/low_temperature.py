@@ -143,8 +143,8 @@ def terminal_fraction(points, weights, basis, delta=TERMINAL_DELTA) -> float:
     return float(weights[np.linalg.norm(perp, axis=1) <= math.sin(delta)].sum())
 
 
-def _w2_bracket(mu, limit, method="auto"):
-    r = sp.w2(mu, limit, method=method)
+def _w2_bracket(mu, limit, **options):
+    r = sp.w2(mu, limit, **options)
     lo = getattr(r, "lower", None)
     hi = getattr(r, "upper", None)
     err = float(getattr(r, "error", 0.0))
@@ -199,17 +199,19 @@ def run_particles(scenario, beta, n, times, partial=None):
             print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
     t0, c0 = time.perf_counter(), time.process_time()
     start = done
-    # dim E = 2: the tokens against their own projection, N points a side. "auto" tries the
-    # circle, multiscale and sparse solvers first, which the gathered late clouds defeat (68 s
-    # an output at N = 16000, beta = 16, t = 10); the exact solve between clusterings gives the
-    # same bracket (width 4e-4) in 1.8 s. (dim E = 1: two atoms, the semi-discrete solver.)
-    method = "quantized" if limit.n > 2 else "auto"
+    # dim E = 2: the tokens against their own projection, N points a side. On the spread early
+    # clouds "auto"'s multiscale solver is fastest (< 1 s an output at N = 16000, beta = 16;
+    # the clusterings take 11 s); the gathered late clouds defeat it and the sparse solver
+    # (68 s an output at t = 10 under auto's own budget), where the clusterings close the
+    # bracket (4e-4) in 1.8 s. So each gets 5 s before the next is tried. (dim E = 1: two
+    # atoms, the semi-discrete solver, unchanged.)
+    options = {"max_seconds": 5.0} if limit.n > 2 else {}
 
     def on_output(i, t, x_now):
         k = start + i  # the output's index in times
         if k < len(rows):  # the row of the output resumed from is saved already
             return
-        rows.append((*_w2_bracket(sp.PointCloud(x_now, w), limit, method),
+        rows.append((*_w2_bracket(sp.PointCloud(x_now, w), limit, **options),
                      terminal_fraction(x_now, w, basis)))
         if partial is not None and 0 < k < len(times) - 1:
             io.save_npz(partial, times=times, done=np.array(k), rows=np.array(rows),
