@@ -174,6 +174,32 @@ def _particle_solver(model):
     return sp.ParticleSolver(model, kernel="auto", rtol=1e-5, atol=1e-7)
 
 
+def _resume(partial, times, state, check_shape=False):
+    """(done, rows, state, seconds, CPU seconds) from a piece's checkpoint when it is for these
+    output times (and, with check_shape, a state of ``state``'s shape), else a fresh start
+    from ``state``."""
+    if partial is not None and Path(partial).exists():
+        try:
+            saved = io.load_npz(partial)
+            if np.array_equal(saved["times"], times) and (
+                    not check_shape or saved["state"].shape == np.shape(state)):
+                # all read before any is taken: a checkpoint missing a part is not half-used
+                out = (int(saved["done"]), [tuple(r) for r in saved["rows"]], saved["state"],
+                       float(saved["seconds"]), float(saved["cpu_seconds"]))
+                print(f"    resuming at t = {times[out[0]]:g} ({out[0]}/{len(times) - 1} "
+                      f"intervals, {out[3]:.0f} s spent)", flush=True)
+                return out
+        except Exception as exc:  # a damaged checkpoint is ignored, never trusted
+            print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
+    return 0, [], state, 0.0, 0.0
+
+
+def _checkpoint(partial, times, done, rows, state, seconds, cpu_seconds):
+    """Save a piece's progress atomically: the rows of outputs 0..done and the state there."""
+    io.save_npz(partial, times=times, done=np.array(done), rows=np.array(rows), state=state,
+                seconds=np.array(seconds), cpu_seconds=np.array(cpu_seconds))
+
+
 def run_particles(scenario, beta, n, times, partial=None):
     """The particle curve. With ``partial`` (a path) the tokens and the rows so far are saved
     there atomically at every output time, and a later call resumes from the last one: at
@@ -185,18 +211,7 @@ def run_particles(scenario, beta, n, times, partial=None):
     x, w = cloud.points, cloud.weights
     basis = dominant_invariant_subspace(model.V)
     times = np.asarray(times, dtype=float)
-    done, rows, spent, spent_cpu = 0, [], 0.0, 0.0
-    if partial is not None and Path(partial).exists():
-        try:
-            saved = io.load_npz(partial)
-            if np.array_equal(saved["times"], times) and saved["state"].shape == x.shape:
-                done, rows, x, spent, spent_cpu = (
-                    int(saved["done"]), [tuple(r) for r in saved["rows"]], saved["state"],
-                    float(saved["seconds"]), float(saved["cpu_seconds"]))
-                print(f"    resuming at t = {times[done]:g} ({done}/{len(times) - 1} intervals, "
-                      f"{spent:.0f} s spent)", flush=True)
-        except Exception as exc:  # a damaged checkpoint is ignored, never trusted
-            print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
+    done, rows, x, spent, spent_cpu = _resume(partial, times, x, check_shape=True)
     t0, c0 = time.perf_counter(), time.process_time()
     start = done
     # dim E = 2: the tokens against their own projection, N points a side. On the spread early
@@ -214,9 +229,8 @@ def run_particles(scenario, beta, n, times, partial=None):
         rows.append((*_w2_bracket(sp.PointCloud(x_now, w), limit, **options),
                      terminal_fraction(x_now, w, basis)))
         if partial is not None and 0 < k < len(times) - 1:
-            io.save_npz(partial, times=times, done=np.array(k), rows=np.array(rows),
-                        state=x_now, seconds=np.array(spent + time.perf_counter() - t0),
-                        cpu_seconds=np.array(spent_cpu + time.process_time() - c0))
+            _checkpoint(partial, times, k, rows, x_now, spent + time.perf_counter() - t0,
+                        spent_cpu + time.process_time() - c0)
 
     solver = _particle_solver(model)
     rest = times[start:]
@@ -259,19 +273,7 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
     solver = sp.FiniteVolumeSolver(model, n)
     row = _density_row(model, initial())
     times = np.asarray(times, dtype=float)
-    done, rows, state, spent, spent_cpu = 0, [], initial(), 0.0, 0.0
-    if partial is not None and Path(partial).exists():
-        try:
-            saved = io.load_npz(partial)
-            if np.array_equal(saved["times"], times):
-                # all read before any is taken: a checkpoint missing a part is not half-used
-                done, rows, state, spent, spent_cpu = (
-                    int(saved["done"]), [tuple(r) for r in saved["rows"]], saved["state"],
-                    float(saved["seconds"]), float(saved["cpu_seconds"]))
-                print(f"    resuming at t = {times[done]:g} ({done}/{len(times) - 1} intervals, "
-                      f"{spent:.0f} s spent)", flush=True)
-        except Exception as exc:  # a damaged checkpoint is ignored, never trusted
-            print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
+    done, rows, state, spent, spent_cpu = _resume(partial, times, initial())
     t0, c0 = time.perf_counter(), time.process_time()
     while done < len(times) - 1:
         sol = solver.solve(state, times[done:done + 2])
@@ -281,9 +283,8 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
         state = sol.coefficients[-1] / solver.mesh.areas  # cell averages, what solve takes
         done += 1
         if partial is not None:
-            io.save_npz(partial, times=times, done=np.array(done), rows=np.array(rows),
-                        state=state, seconds=np.array(spent + time.perf_counter() - t0),
-                        cpu_seconds=np.array(spent_cpu + time.process_time() - c0))
+            _checkpoint(partial, times, done, rows, state, spent + time.perf_counter() - t0,
+                        spent_cpu + time.process_time() - c0)
     arr = np.array(rows)
     return {"times": times, "w2": arr[:, 0], "lower": arr[:, 1], "upper": arr[:, 2],
             "terminal": arr[:, 3], "cells": solver.mesh.n_cells,
