@@ -562,7 +562,8 @@ def agreement(curves: list[Curve]):
         for o in curves:
             if (o is c or o.scenario != c.scenario or o.beta != c.beta):
                 continue
-            n = min(len(o.w2), len(c.w2), len(o.w2) if o.error is None else len(o.error))
+            measured = len(o.w2) if o.error is None else len(o.error)  # o.error: its common times
+            n = min(measured, len(c.w2))
             diff = float(np.max(np.abs(o.w2[:n] - c.w2[:n])))
             own = None if o.error is None else float(np.max(o.error[:n]))
             rows.append((c.scenario, beta_label(c.beta), c.solver, o.solver, float(c.times[n - 1]),
