@@ -121,10 +121,10 @@ def test_an_interrupted_particle_piece_resumes_from_its_last_output(tmp_path, mo
 @pytest.mark.parametrize("exact_pairs", [None, 0])
 def test_dim_E_2_particle_rows_pass_their_time_limit_only_where_auto_takes_one(monkeypatch,
                                                                                exact_pairs):
-    # --quick's sizes go to the exact LP, which takes no max_seconds (a TypeError when it was
-    # passed); beyond AUTO_EXACT_PAIRS the time limit reaches the iterative solvers
+    # --quick's sizes go to the exact LP, which takes no max_seconds (it had been a TypeError
+    # when passed); beyond AUTO_EXACT_PAIRS the time limit reaches the iterative solvers
     if exact_pairs is not None:
-        monkeypatch.setattr(lt, "W2_AUTO_EXACT_PAIRS", exact_pairs)
+        monkeypatch.setattr(sp.wasserstein, "AUTO_EXACT_PAIRS", exact_pairs)
     out = lt.run_particles("E2", 16.0, 200, TIMES[:2])
     assert np.all(out["lower"] <= out["w2"]) and np.all(out["w2"] <= out["upper"])
     assert 0.5 < out["w2"][0] < 1.0

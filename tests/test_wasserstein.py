@@ -685,6 +685,21 @@ def test_auto_bounds_the_sparse_fallback_too(monkeypatch):
     assert seen[-1] == 7.0
 
 
+def test_auto_leaves_a_time_budget_out_of_the_direct_solvers():
+    """One call serves every size: a max_seconds meant for the iterative solvers is dropped
+    (and said so) where "auto" picks the exact LP or the semi-discrete solver, which reject
+    it when asked for by name."""
+    mu, nu = random_cloud(200, seed=1), random_cloud(150, seed=3)
+    with pytest.raises(TypeError, match="max_seconds"):
+        sp.w2(mu, nu, method="exact", max_seconds=5.0)
+    r = sp.w2(mu, nu, max_seconds=5.0)
+    assert r.method == "exact" and "not used" in r.details["auto"]
+    assert float(r) == float(sp.w2(mu, nu, method="exact"))
+    atoms = sp.PointCloud(np.eye(3)[:2])
+    r = sp.w2(mu, atoms, max_seconds=5.0)
+    assert r.method == "semidiscrete" and "not used" in r.details["auto"]
+
+
 def test_sparse_feasible_support_is_a_coupling():
     from spherepde.wasserstein import sparse as S
 

@@ -43,7 +43,6 @@ import numpy as np
 import spherepde as sp
 from spherepde import io
 from spherepde.sphere import rotation_about_axis
-from spherepde.wasserstein import AUTO_EXACT_PAIRS as W2_AUTO_EXACT_PAIRS
 from spherepde.wasserstein.limit import _merge_atoms
 
 from _common import OUT, publish, table
@@ -219,11 +218,10 @@ def run_particles(scenario, beta, n, times, partial=None):
     # clouds "auto"'s multiscale solver is fastest (< 1 s an output at N = 16000, beta = 16;
     # the clusterings take 11 s); the gathered late clouds defeat it and the sparse solver
     # (68 s an output at t = 10 under auto's own budget), where the clusterings close the
-    # bracket (4e-4) in 1.8 s. So each gets 5 s before the next is tried. (dim E = 1: two
-    # atoms, the semi-discrete solver, unchanged; up to AUTO_EXACT_PAIRS, as in --quick, the
-    # exact LP, which takes no time limit.)
-    options = ({"max_seconds": 5.0} if limit.n > 2 and n * limit.n > W2_AUTO_EXACT_PAIRS
-               else {})
+    # bracket (4e-4) in 1.8 s. So each gets 5 s before the next is tried. (Where "auto" picks
+    # a direct solver, the semi-discrete one against dim E = 1's two atoms or the exact LP at
+    # --quick's sizes, it leaves the limit out.)
+    options = {"max_seconds": 5.0}
 
     def on_output(i, t, x_now):
         k = start + i  # the output's index in times

@@ -151,6 +151,10 @@ def _intersect(first, second):
     return r
 
 
+#: The direct solvers: they take no ``max_seconds``, which "auto" then leaves out.
+_NO_TIME_BUDGET = ("exact", "semidiscrete")
+
+
 def _choose(n, m, cost, tol):
     """The fastest method that meets tol, and why."""
     if (min(n, m) <= _semidiscrete.SEMIDISCRETE_MAX_ATOMS
@@ -213,7 +217,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
         (truncation), ``max_iter`` (per final stage), ``max_seconds`` (give up after this
         long with the bracket so far; under "auto" by default 3e-4 s per point, at least
-        30 s, before the fallbacks), ``check_chunk`` (iterations before the
+        30 s, before the fallbacks; "auto" drops it when it picks a direct solver), ``check_chunk`` (iterations before the
         first bracket test), ``quantize`` (largest quantization error of a side stopped at a
         clustering; default from tol and a coarse lower bound on W2, and 1.5 tol for a side
         of more than 500,000 points; recorded in ``details["quantize"]``), ``newton`` (solve the
@@ -262,6 +266,11 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
                              + "); use method='auto'")
     if method == "auto":
         method, reason = _choose(n, m, cost, tol)
+        if method in _NO_TIME_BUDGET and "max_seconds" in options:
+            # A time budget bounds the iterative solvers that "auto" may pick; the direct ones
+            # it picked instead finish in a time set by their size, so the budget is not theirs.
+            options.pop("max_seconds")
+            reason += " (max_seconds applies to the iterative solvers only; not used)"
         if on_circle is not None and (tol >= MULTISCALE_MIN_TOL or method == "multiscale"):
             fallback, why = method, reason
             (xs, as_), (yc, bc), U = on_circle
