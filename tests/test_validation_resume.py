@@ -89,11 +89,11 @@ def test_an_interrupted_particle_piece_resumes_from_its_last_output(tmp_path, mo
     calls = {"n": 0}
     bracket = lt._w2_bracket
 
-    def failing(*args):
+    def failing(*args, **options):
         calls["n"] += 1
         if calls["n"] == 4:  # dies at the fourth output (t = 0.75), as a killed job would
             raise Interrupted
-        return bracket(*args)
+        return bracket(*args, **options)
 
     monkeypatch.setattr(lt, "_w2_bracket", failing)
     with pytest.raises(Interrupted):
