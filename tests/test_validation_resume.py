@@ -119,10 +119,11 @@ def test_an_interrupted_particle_piece_resumes_from_its_last_output(tmp_path, mo
 
 
 @pytest.mark.parametrize("exact_pairs", [None, 0])
-def test_dim_E_2_particle_rows_pass_their_time_limit_only_where_auto_takes_one(monkeypatch,
-                                                                               exact_pairs):
-    # --quick's sizes go to the exact LP, which takes no max_seconds (it had been a TypeError
-    # when passed); beyond AUTO_EXACT_PAIRS the time limit reaches the iterative solvers
+def test_dim_E_2_particle_rows_with_their_time_limit_on_either_side_of_the_exact_LP(
+        monkeypatch, exact_pairs):
+    # the rows always ask for a 5 s limit: at --quick's sizes "auto" takes the exact LP and
+    # leaves it out (it had been a TypeError); beyond AUTO_EXACT_PAIRS it reaches the
+    # iterative solvers
     if exact_pairs is not None:
         monkeypatch.setattr(sp.wasserstein, "AUTO_EXACT_PAIRS", exact_pairs)
     out = lt.run_particles("E2", 16.0, 200, TIMES[:2])
