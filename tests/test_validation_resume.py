@@ -129,3 +129,18 @@ def test_dim_E_2_particle_rows_with_their_time_limit_on_either_side_of_the_exact
     out = lt.run_particles("E2", 16.0, 200, TIMES[:2])
     assert np.all(out["lower"] <= out["w2"]) and np.all(out["w2"] <= out["upper"])
     assert 0.5 < out["w2"][0] < 1.0
+
+
+def test_a_curves_error_counts_its_w2_brackets():
+    # Two resolutions 1e-3 apart, against a threshold of 5% of the minimum 0.6 = 0.03: the
+    # curve converges with exact W2 values, and not once the brackets (fine plus coarse
+    # widths, 0.04 at one time) say the true distances may differ by more.
+    t = TIMES
+    w = np.array([1.0, 0.9, 0.8, 0.7, 0.6])
+    exact = lt.Curve("E2", "particles", 4.0, 64000, t, w, w + 1e-3, {}, np.zeros(5))
+    assert exact.converged and np.allclose(exact.error, 1e-3)
+    widths = np.array([0.0, 0.0, 0.04, 0.0, 0.0])
+    loose = lt.Curve("E2", "particles", 4.0, 64000, t, w, w + 1e-3, {}, np.zeros(5), widths)
+    assert not loose.converged
+    np.testing.assert_allclose(loose.error, 1e-3 + widths)
+    assert list(loose.point_converged) == [True, True, False, True, True]

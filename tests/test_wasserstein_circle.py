@@ -144,3 +144,29 @@ def test_auto_falls_back_when_the_circle_bracket_is_too_wide():
     r = sp.w2(mu, nu, tol=2e-5)
     assert r.method == "exact" and "great circle" in r.details["auto"]
     assert "> tol" in r.details["auto"]
+
+
+def test_the_rounds_stop_at_the_time_budget_and_when_they_stall():
+    # 500 uniform sources against 80 weighted atoms: the alternation settles at a bracket of
+    # ~2e-3 (measured), far wider than tol = 1e-12 asks.
+    U = random_plane(3, 583)
+    mu, nu = tokens(500, 3, U, 583, True, 1.0), circle_atoms(U, 80, 584, True)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    # a budget already spent: the first round (the lower bound) runs, no second one
+    budget = sp.w2(mu, nu, method="circle", tol=1e-12, rounds=50, max_seconds=0.0)
+    assert budget.details["rounds"] == 1 and "time budget" in budget.details["stopped"]
+    # no budget: the rounds end once STALLED_ROUNDS in a row moved neither bound, well
+    # before the 50 allowed
+    stalled = sp.w2(mu, nu, method="circle", tol=1e-12, rounds=50)
+    assert stalled.details["rounds"] < 50 and "stagnated" in stalled.details["stopped"]
+    lows, ups = zip(*stalled.details["history"][-W_circle.STALLED_ROUNDS:])
+    assert max(lows) - min(lows) <= W_circle.STAGNATION * (ups[0] - lows[0])
+    assert max(ups) - min(ups) <= W_circle.STAGNATION * (ups[0] - lows[0])
+    for r in (budget, stalled):  # stopped early or not, the bracket stays certified
+        assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+    assert stalled.upper - stalled.lower <= budget.upper - budget.lower
+    # under "auto" a time budget reaches the circle solver too (it had run its rounds whatever
+    # max_seconds said), also where the fallback, the exact LP here, takes none
+    auto = sp.w2(mu, nu, tol=1e-5, max_seconds=0.0, rounds=50)
+    assert "great circle" in auto.details["auto"] and auto.method == "exact"
+    assert "time budget" in auto.details["auto"]

@@ -50,6 +50,10 @@ from _common import OUT, publish, table
 #: A curve is converged when its two finest resolutions differ by less than this fraction of
 #: its minimum, at every time.
 CONVERGED_FRACTION = 0.05
+#: The particle curves' W2 brackets: this fraction of the previous output's W2 (far below
+#: CONVERGED_FRACTION of any value), and never below W2_MIN_TOL, under which "auto" leaves the
+#: circle solver for an exact LP.
+W2_REL_TOL, W2_MIN_TOL = 2e-3, 1e-5
 #: Terminal phase: mass within this angle (radians) of V's dominant invariant subspace.
 TERMINAL_DELTA = 0.1
 #: A fit of t*(beta) and min W2(beta) needs converged curves at this many distinct betas.
@@ -77,7 +81,7 @@ class Plan:
     t_end: float
     n_times: int
     particles: list | dict   # token counts, coarse to fine (factor 4); or beta -> counts
-    finite_volume: list      # cells along a cube edge, coarse to fine (factor 2)
+    finite_volume: list | dict  # cells along a cube edge, coarse to fine (factor 2); or per beta
     spectral: list           # lmax values
     scenarios: list = field(default_factory=lambda: ["E1", "E2"])
     e2_betas: list | None = None  # betas for the dim E = 2 scenario (default: all)
@@ -91,6 +95,11 @@ class Plan:
     def tokens(self, beta) -> list:
         """The token counts of the particle runs at this beta."""
         return self.particles[beta] if isinstance(self.particles, dict) else self.particles
+
+    def cells(self, beta) -> list:
+        """The cube-edge cell counts of the finite-volume runs at this beta."""
+        fv = self.finite_volume
+        return fv[beta] if isinstance(fv, dict) else fv
 
 
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
@@ -108,8 +117,10 @@ MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
 FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_times=57,
             particles={4.0: [16000, 64000], 16.0: [16000, 64000], 64.0: [16000, 64000],
                        256.0: [16000, 64000, 256000], 1000.0: [64000, 256000, 1000000],
-                       math.inf: [16000, 64000]},
-            finite_volume=[32, 64, 128], spectral=[64, 128])
+                       math.inf: [16000, 64000, 256000, 1024000]},
+            finite_volume={**{b: [32, 64, 128] for b in (4.0, 16.0, 64.0, 256.0, 1000.0)},
+                           math.inf: [64, 128, 256]},
+            spectral=[64, 128])
 
 
 def model_for(scenario: str, beta: float) -> sp.Model:
@@ -221,13 +232,18 @@ def run_particles(scenario, beta, n, times, partial=None):
     # bracket (4e-4) in 1.8 s. So each gets 5 s before the next is tried. (Where "auto" picks
     # a direct solver, the semi-discrete one against dim E = 1's two atoms or the exact LP at
     # --quick's sizes, it leaves the limit out.)
+    # The bracket asked for is W2_REL_TOL of the last output's W2 (the widths count in the
+    # curve's error): at beta = 4 the spread late clouds leave the multiscale solver at
+    # 1.6e-3 on W2 ~ 1, short of the absolute default 1e-3, and the fallback that closes it
+    # then took 650 s an output at 64000 tokens.
     options = {"max_seconds": 5.0}
 
     def on_output(i, t, x_now):
         k = start + i  # the output's index in times
         if k < len(rows):  # the row of the output resumed from is saved already
             return
-        rows.append((*_w2_bracket(sp.PointCloud(x_now, w), limit, **options),
+        tol = None if not rows else max(W2_MIN_TOL, W2_REL_TOL * rows[-1][0])
+        rows.append((*_w2_bracket(sp.PointCloud(x_now, w), limit, tol=tol, **options),
                      terminal_fraction(x_now, w, basis)))
         if partial is not None and 0 < k < len(times) - 1:
             _checkpoint(partial, times, k, rows, x_now, spent + time.perf_counter() - t0,
@@ -386,14 +402,19 @@ class Curve:
     coarse: np.ndarray | None  # the next-finer-but-one resolution, on the same times
     seconds: dict         # resolution -> (wall seconds, CPU seconds over all threads)
     terminal: np.ndarray
+    #: the W2 brackets' widths (upper - lower), fine plus coarse, at each time: a W2 solver
+    #: that stops at a bracket leaves each value uncertain by up to its width
+    widths: np.ndarray | None = None
 
     @property
     def error(self) -> np.ndarray | None:
-        """|W2_fine - W2_coarse| at each time: the curve's own measured error."""
+        """|W2_fine - W2_coarse| at each time, plus the two W2 brackets' widths: the most the
+        two resolutions' true distances can differ, the curve's own measured error."""
         if self.coarse is None:
             return None
         n = min(len(self.w2), len(self.coarse))
-        return np.abs(self.w2[:n] - self.coarse[:n])
+        diff = np.abs(self.w2[:n] - self.coarse[:n])
+        return diff if self.widths is None else diff + self.widths[:n]
 
     @property
     def point_converged(self) -> np.ndarray:
@@ -434,7 +455,7 @@ def curves_of(plan: Plan):
     for scenario in plan.scenarios:
         betas = plan.betas if scenario == "E1" or plan.e2_betas is None else plan.e2_betas
         for beta in betas:
-            runs = [("particles", plan.tokens(beta)), ("finite_volume", plan.finite_volume),
+            runs = [("particles", plan.tokens(beta)), ("finite_volume", plan.cells(beta)),
                     ("spectral", plan.spectral)]
             for solver, resolutions in runs:
                 if not resolutions:
@@ -517,11 +538,16 @@ def collect(plan: Plan, store, fresh=False, compute=True, missing=None,
         have = [r for r in resolutions if r in data]
         fine = data[have[-1]]
         coarse = data[have[-2]]["w2"] if len(have) > 1 else None
+        widths = None
+        if coarse is not None:
+            n = min(len(fine["w2"]), len(coarse))
+            widths = sum(np.maximum(d["upper"][:n] - d["lower"][:n], 0.0)
+                         for d in (fine, data[have[-2]]))
         curves.append(Curve(scenario, solver, beta, have[-1], fine["times"],
                             fine["w2"], coarse,
                             {r: (float(d["seconds"]), float(d.get("cpu_seconds", np.nan)))
                              for r, d in data.items()},
-                            fine["terminal"]))
+                            fine["terminal"], widths))
     return curves
 
 

@@ -213,7 +213,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     **options
         exact: ``numItermax``. semidiscrete: ``gap_tol`` (certificate gap on W2^2).
         circle: ``plane`` ((d, 2) basis of the circle's plane; also steers "auto"),
-        ``rounds`` (plan/dual alternations at most).
+        ``rounds`` (plan/dual alternations at most), ``max_seconds`` (start no round that
+        would end after this long; under "auto" the same budget as the fallback's).
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
         (truncation), ``max_iter`` (per final stage), ``max_seconds`` (give up after this
         long with the bracket so far; under "auto" by default 3e-4 s per point, at least
@@ -265,6 +266,8 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
                              + (", the plane given" if plane is not None else "")
                              + "); use method='auto'")
     if method == "auto":
+        # the circle solver iterates: a time budget is its even where the fallback is direct
+        copts = {k: options[k] for k in ("rounds", "verbose", "max_seconds") if k in options}
         method, reason = _choose(n, m, cost, tol)
         if method in _NO_TIME_BUDGET and "max_seconds" in options:
             # A time budget bounds the iterative solvers that "auto" may pick; the direct ones
@@ -274,15 +277,15 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         if on_circle is not None and (tol >= MULTISCALE_MIN_TOL or method == "multiscale"):
             fallback, why = method, reason
             (xs, as_), (yc, bc), U = on_circle
-            # only the circle solver's own options: the others belong to the fallback
-            copts = {k: options[k] for k in ("rounds", "verbose") if k in options}
+            # only the circle solver's own options (copts): the others belong to the fallback
             r = _circle.w2_circle(xs, as_, yc, bc, cost, plane=U, tol=tol, **copts)
             reason = "one side lies on a great circle: the planar circle solver"
             if r.upper - r.lower <= tol:
                 r.details["auto"] = reason
                 return r
-            reason += (f", whose bracket {r.upper - r.lower:.1e} > tol = {tol:.0e}; then "
-                       + why)
+            stop = f" ({r.details['stopped']})" if "stopped" in r.details else ""
+            reason += (f", whose bracket {r.upper - r.lower:.1e} > tol = {tol:.0e}{stop}; "
+                       "then " + why)
             method = fallback
             options.pop("rounds", None)
     if method == "sinkhorn":
