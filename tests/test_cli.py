@@ -115,9 +115,12 @@ def test_run_checks_convergence_with_a_coarse_twin_of_every_curve(small_run):
     # the verdict is the rule applied to the two stored curves
     for s in ds["solver"].values:
         for b in ds["beta"].values:
-            fine, crs = (ds[v].sel(solver=s, beta=b).values for v in ("w2", "w2_coarse"))
+            fine, crs, wf, wc = (ds[v].sel(solver=s, beta=b).values
+                                 for v in ("w2", "w2_coarse", "w2_width", "w2_coarse_width"))
             both = np.isfinite(fine) & np.isfinite(crs)
-            diff = np.max(np.abs(fine[both] - crs[both]))
+            # each difference widened by the two certified W2 brackets
+            assert np.all(wf[both] >= 0) and np.all(wc[both] >= 0)
+            diff = np.max(np.abs(fine[both] - crs[both]) + wf[both] + wc[both])
             assert ds["max_difference"].sel(solver=s, beta=b).item() == pytest.approx(diff)
             ok = diff < ds.attrs["convergence_fraction"] * np.nanmin(fine) and \
                 np.isfinite(crs[np.isfinite(fine)]).all()

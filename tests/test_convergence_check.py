@@ -32,6 +32,20 @@ def test_one_point_beyond_the_threshold_fails_the_check():
     assert not chk["converged"] and chk["max_difference"] == pytest.approx(1.1 * thr)
 
 
+def test_the_w2_brackets_widen_each_difference():
+    # 0.9 of the threshold apart: converged with exact W2 values, not once the two brackets
+    # (0.1 and 0.05 of the threshold wide at that time) say the true distances may differ
+    # by more
+    thr = 0.05 * CURVE.min()
+    near = CURVE.copy()
+    near[3] += 0.9 * thr
+    fine, coarse = run(CURVE), run(near, coarse=True)
+    fine.w2_width, coarse.w2_width = np.zeros(len(T)), np.zeros(len(T))
+    fine.w2_width[3], coarse.w2_width[3] = 0.1 * thr, 0.05 * thr
+    chk = convergence(fine, coarse, 0.05)
+    assert not chk["converged"] and chk["max_difference"] == pytest.approx(1.05 * thr)
+
+
 def test_a_coarse_run_that_ended_early_does_not_count_as_converged():
     chk = convergence(run(CURVE), run(CURVE[:5], T[:5], coarse=True), 0.05)
     assert chk["max_difference"] == 0.0 and chk["until"] == T[4] and not chk["converged"]

@@ -10,7 +10,7 @@ cap): particles with the harmonic field (N tokens on rho_0's Fibonacci lattice),
 finite-volume density (n cells along a cube edge) and the spectral density (while it is
 resolved). A curve is *converged* when two
 resolutions of one solver (N and 4N, or n and 2n) differ by less than 5% of its minimum over the
-whole interval; a converged curve is then compared with the other solvers. Fits use converged
+whole interval, each difference widened by the two W2 brackets; a converged curve is then compared with the other solvers. Fits use converged
 curves only.
 
 Every finished (scenario, solver, beta, resolution) piece is saved atomically under
@@ -736,14 +736,15 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
             "the solver's own Π#ρ0 (particles: the empirical half-sphere masses of their start).",
             "", "Converged: the two finest resolutions (N and 4N tokens; n and 2n cells along a "
             f"cube edge) differ by less than {CONVERGED_FRACTION:.0%} of the curve's minimum at "
-            "every output time.", "",
+            "every output time; each difference is widened by both W2 brackets (upper − "
+            "lower), the most the true distances can differ.", "",
             table(rows, ["scenario", "solver", "beta", "finest res", "min W2", "t*",
                          "W2 at end", "end", "max \\|fine−coarse\\|", "converged", "wall time"])]
     agree = agreement(curves)
     if agree:
         text += ["", "Agreement of converged curves with the other solvers (max over the times, "
                  "up to 'until t', where both of the other solver's resolutions exist; its own "
-                 "error is its max |fine−coarse| there):", "",
+                 "error is its max |fine−coarse| there, brackets included):", "",
                  table(agree, ["scenario", "beta", "converged solver", "other", "until t",
                                "max \\|diff\\|", "other's error", "within"])]
     for scenario, (pts, censored, fit) in fits.items():

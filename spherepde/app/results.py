@@ -4,10 +4,12 @@ Layout (CF-style units and long names on every variable):
 
 - ``w2`` (solver, beta, time): W2(ρ_t, Π#ρ_0), chordal; NaN where a run has no output
   (a spectral run covers a shorter window and may stop early);
+- ``w2_width`` (solver, beta, time): the width upper − lower of each W2's certified bracket
+  (0 from the exact solvers), and ``w2_coarse_width`` for ``w2_coarse``;
 - ``resolution`` (solver, beta): tokens, lmax or cells along a cube edge of the run;
 - with the convergence check: ``w2_coarse`` (solver, beta, time), the same curve at the coarser
   resolution ``coarse_resolution`` (solver, beta); ``max_difference`` (solver, beta), the largest
-  |W2 - W2_coarse| at common times; ``converged`` (solver, beta), 1 when it stays below
+  |W2 - W2_coarse| at common times, each widened by both brackets' widths; ``converged`` (solver, beta), 1 when it stays below
   ``convergence_fraction`` (an attribute) of the curve's minimum at every time, else 0;
 - ``seconds`` (solver, beta), ``note`` (solver, beta): wall time and why a run stopped or was
   unresolved ("" when it was neither), ``unresolved_from`` (solver, beta): the time from which
@@ -88,6 +90,8 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     S, B, T = len(solvers), betas.size, times.size
     w2 = np.full((S, B, T), np.nan)
     w2_coarse = np.full((S, B, T), np.nan)
+    w2_width = np.full((S, B, T), np.nan)
+    w2_coarse_width = np.full((S, B, T), np.nan)
     resolution = np.zeros((S, B), dtype=np.int64)
     coarse_resolution = np.zeros((S, B), dtype=np.int64)
     max_difference = np.full((S, B), np.nan)
@@ -100,11 +104,16 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     for r in runs:
         i, j = solvers.index(r.solver), int(np.searchsorted(betas, float(r.beta)))
         w2[i, j] = _place(times, r.times, r.w2)
+        if getattr(r, "w2_width", None) is not None:
+            w2_width[i, j] = _place(times, r.times, r.w2_width)
         resolution[i, j] = int(getattr(r, "resolution", 0))
         c = coarse_runs.get((r.solver, float(r.beta)))
         if c is not None:
             keep = np.isin(np.round(c.times, 12), np.round(times, 12))
             w2_coarse[i, j] = _place(times, np.asarray(c.times)[keep], np.asarray(c.w2)[keep])
+            if getattr(c, "w2_width", None) is not None:
+                w2_coarse_width[i, j] = _place(times, np.asarray(c.times)[keep],
+                                               np.asarray(c.w2_width)[keep])
             coarse_resolution[i, j] = int(c.resolution)
             seconds_coarse[i, j] = c.seconds
             check = (checks[(r.solver, r.beta)] if checks is not None
@@ -131,6 +140,9 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
         "w2": (("solver", "beta", "time"), w2,
                {**one, "long_name": "W2 distance to the projected measure Pi#rho_0",
                 "cost": "chordal |x - y|^2"}),
+        "w2_width": (("solver", "beta", "time"), w2_width,
+                     {**one, "long_name": "width upper - lower of the certified bracket of w2 "
+                      "(NaN: not recorded)"}),
         "seconds": (("solver", "beta"), seconds, {"units": "s", "long_name": "wall time of the run"}),
         "resolution": (("solver", "beta"), resolution,
                        {**one, "long_name": "resolution: tokens N, lmax, or cells n along a cube "
@@ -154,12 +166,16 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
             "w2_coarse": (("solver", "beta", "time"), w2_coarse,
                           {**one, "long_name": "W2 to Pi#rho_0 at the coarse resolution "
                            "(N/4 tokens, lmax/2, n/2 cells)", "cost": "chordal |x - y|^2"}),
+            "w2_coarse_width": (("solver", "beta", "time"), w2_coarse_width,
+                                {**one, "long_name": "width of the certified bracket of "
+                                 "w2_coarse (NaN: not recorded)"}),
             "coarse_resolution": (("solver", "beta"), coarse_resolution,
                                   {**one, "long_name": "resolution of the coarse run"}),
             "seconds_coarse": (("solver", "beta"), seconds_coarse,
                                {"units": "s", "long_name": "wall time of the coarse run"}),
             "max_difference": (("solver", "beta"), max_difference,
-                               {**one, "long_name": "max |W2 - W2_coarse| at common times"}),
+                               {**one, "long_name": "max |W2 - W2_coarse| + both bracket widths at "
+                                "common times"}),
             "converged": (("solver", "beta"), converged,
                           {**one, "long_name": "1: max_difference < convergence_fraction * "
                            "min W2 over the whole interval, 0: not converged or not checked"}),

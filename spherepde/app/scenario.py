@@ -182,6 +182,8 @@ class Run:
     mass: np.ndarray | None = None
     negative_mass: np.ndarray | None = None
     key: str = ""
+    #: (T,) width of each W2's certified bracket (upper - lower), or None (older results)
+    w2_width: np.ndarray | None = None
 
     @property
     def title(self) -> str:
@@ -194,7 +196,8 @@ class Run:
         name = {"particles": "N", "spectral": "lmax", "finite_volume": "n"}.get(self.solver, "res")
         return f"{name}={self.resolution}"
 
-    _ARRAYS = ("times", "w2", "snapshot_times", "positions", "densities", "mass", "negative_mass")
+    _ARRAYS = ("times", "w2", "snapshot_times", "positions", "densities", "mass", "negative_mass",
+               "w2_width")
 
     def save(self, path) -> Path:
         """Write atomically (see :mod:`spherepde.io`)."""
@@ -233,7 +236,9 @@ def convergence(fine: "Run", coarse: "Run | None", fraction: float) -> dict:
     """The convergence check of one curve: its two resolutions compared at their common output
     times.
 
-    Returns a dict with ``max_difference`` (max |W2_fine - W2_coarse|), ``threshold``
+    Returns a dict with ``max_difference`` (max |W2_fine - W2_coarse|, each difference widened
+    by the two W2 brackets where the runs record them: the most the true distances can
+    differ), ``threshold``
     (``fraction`` times the fine curve's minimum), ``converged`` (every difference below the
     threshold, and the coarse run reached the fine run's last time) and ``until`` (the last
     common time compared). Without a coarse run, NaNs and converged False.
@@ -247,6 +252,9 @@ def convergence(fine: "Run", coarse: "Run | None", fraction: float) -> dict:
     if common.size == 0:
         return out
     diff = np.abs(np.asarray(fine.w2)[i] - np.asarray(coarse.w2)[j])
+    for run, k in ((fine, i), (coarse, j)):
+        if run.w2_width is not None:
+            diff = diff + np.asarray(run.w2_width)[k]
     out["max_difference"] = float(diff.max())
     out["until"] = float(common[-1])
     reached = coarse.times[-1] >= fine.times[-1] * (1 - 1e-12)
@@ -298,24 +306,25 @@ def run_one(task: Task, progress=None) -> Run:
         distance = _distance_to_limit(cfg, cloud, w2)
         traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(
             cloud, times, progress=progress)
-        vals = np.array([distance(traj.measure(i)) for i in range(len(times))])
+        vals, widths = _curve(distance, traj.measure, len(times))
         if coarse:  # the coarse run serves the check only: no snapshots
             return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
-                       resolution=res, coarse=True, key=task.key)
+                       resolution=res, coarse=True, key=task.key, w2_width=widths)
         idx = np.searchsorted(times, np.union1d(snapshot_times(cfg), times[-1:]))
         return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
                    resolution=res, snapshot_times=times[idx], positions=traj.positions[idx],
-                   key=task.key)
+                   key=task.key, w2_width=widths)
     if task.solver == "finite_volume":
         from ..density import FiniteVolumeSolver
 
         distance = _distance_to_limit(cfg, mu0, w2)
         sol = FiniteVolumeSolver(model, res).solve(mu0, times, progress=progress)
-        vals = np.array([distance(sol.measure(i)) for i in range(len(sol.times))])
+        vals, widths = _curve(distance, sol.measure, len(sol.times))
         diag = getattr(sol, "diagnostics", {}) or {}
         return Run("finite_volume", task.beta, np.asarray(sol.times), vals,
                    time.perf_counter() - t0, resolution=res, coarse=coarse,
-                   mass=np.asarray(diag.get("mass")) if "mass" in diag else None, key=task.key)
+                   mass=np.asarray(diag.get("mass")) if "mass" in diag else None, key=task.key,
+                   w2_width=widths)
     if task.solver != "spectral":
         raise ValueError(f"unknown solver {task.solver!r}; expected one of {SOLVERS}")
     from ..density import SpectralSolver
@@ -324,31 +333,43 @@ def run_one(task: Task, progress=None) -> Run:
     sol = SpectralSolver(model, lmax=res).solve(
         mu0, times, stop_negative_mass=NEGATIVE_MASS_STOP, progress=progress)
     reached = sol.times
-    vals = np.array([distance(sol.measure(i)) for i in range(len(reached))])
+    vals, widths = _curve(distance, sol.measure, len(reached))
     diag = getattr(sol, "diagnostics", {}) or {}
     notes = {k: str(sol.stats[k]) for k in ("stopped", "unresolved") if sol.stats.get(k)}
     if coarse:
         return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
-                   resolution=res, coarse=True, key=task.key)
+                   resolution=res, coarse=True, key=task.key, w2_width=widths)
     idx = np.searchsorted(reached, snapshot_times(cfg)[snapshot_times(cfg) <= reached[-1]])
     grid = _plot_grid()
     dens = np.stack([sol.density(int(i), grid) for i in idx])
     return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
                resolution=res, snapshot_times=reached[idx], densities=dens,
                mass=np.asarray(diag["mass"]), negative_mass=np.asarray(diag["negative_mass"]),
-               key=task.key)
+               key=task.key, w2_width=widths)
+
+
+def _curve(distance, measure, n):
+    """(W2 values, bracket widths) of ``distance`` at measure(0), ..., measure(n - 1)."""
+    rows = np.array([distance(measure(i)) for i in range(n)], dtype=np.float64).reshape(n, 2)
+    return rows[:, 0], rows[:, 1]
 
 
 def _distance_to_limit(cfg: dict, mu0, w2):
-    """The measure the run's curve tracks: W2 to Π#μ_0 for the "rotation" set-up; for
-    Q = K = V = I (no spectral gap, no projection) the W2 distance to the nearest single
-    cluster, :func:`spherepde.analysis.diagnostics.w2_to_nearest_dirac`."""
+    """mu -> (W2, width of its certified bracket) to the measure the run's curve tracks: Π#μ_0
+    for the "rotation" set-up; for Q = K = V = I (no spectral gap, no projection) the nearest
+    single cluster, :func:`spherepde.analysis.diagnostics.w2_to_nearest_dirac` (a closed form:
+    width 0)."""
     if cfg["model"]["matrices"] == "identity":
         from ..analysis.diagnostics import w2_to_nearest_dirac
 
-        return w2_to_nearest_dirac
+        return lambda mu: (w2_to_nearest_dirac(mu), 0.0)
     limit = reference_model(cfg).limit_measure(mu0)
-    return lambda mu: float(w2(mu, limit).value)
+
+    def distance(mu):
+        r = w2(mu, limit)
+        return float(r.value), max(float(r.upper) - float(r.lower), 0.0)
+
+    return distance
 
 
 def reference_model(cfg: dict) -> Model:
