@@ -10,8 +10,8 @@ cap): particles with the harmonic field (N tokens on rho_0's Fibonacci lattice),
 finite-volume density (n cells along a cube edge) and the spectral density (while it is
 resolved). A curve is *converged* when two
 resolutions of one solver (N and 4N, or n and 2n) differ by less than 5% of its minimum over the
-whole interval, each difference widened by the two W2 brackets; a converged curve is then compared with the other solvers. Fits use converged
-curves only.
+whole interval, each difference widened by the two W2 brackets; a converged curve is then
+compared with the other solvers. Fits use converged curves only.
 
 Every finished (scenario, solver, beta, resolution) piece is saved atomically under
 ``validation/output/low_temperature[_quick|_medium]_runs/`` and reused by a rerun (``--fresh``
@@ -92,14 +92,17 @@ class Plan:
     def times(self):
         return np.linspace(0.0, self.t_end, self.n_times)
 
+    @staticmethod
+    def _at(resolutions, beta) -> list:
+        return resolutions[beta] if isinstance(resolutions, dict) else resolutions
+
     def tokens(self, beta) -> list:
         """The token counts of the particle runs at this beta."""
-        return self.particles[beta] if isinstance(self.particles, dict) else self.particles
+        return self._at(self.particles, beta)
 
     def cells(self, beta) -> list:
         """The cube-edge cell counts of the finite-volume runs at this beta."""
-        fv = self.finite_volume
-        return fv[beta] if isinstance(fv, dict) else fv
+        return self._at(self.finite_volume, beta)
 
 
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves

@@ -9,8 +9,9 @@ Layout (CF-style units and long names on every variable):
 - ``resolution`` (solver, beta): tokens, lmax or cells along a cube edge of the run;
 - with the convergence check: ``w2_coarse`` (solver, beta, time), the same curve at the coarser
   resolution ``coarse_resolution`` (solver, beta); ``max_difference`` (solver, beta), the largest
-  |W2 - W2_coarse| at common times, each widened by both brackets' widths; ``converged`` (solver, beta), 1 when it stays below
-  ``convergence_fraction`` (an attribute) of the curve's minimum at every time, else 0;
+  |W2 - W2_coarse| at common times, each widened by both brackets' widths; ``converged``
+  (solver, beta), 1 when it stays below ``convergence_fraction`` (an attribute) of the curve's
+  minimum at every time, else 0;
 - ``seconds`` (solver, beta), ``note`` (solver, beta): wall time and why a run stopped or was
   unresolved ("" when it was neither), ``unresolved_from`` (solver, beta): the time from which
   the curve no longer measures the dynamics (NaN when resolved throughout);
