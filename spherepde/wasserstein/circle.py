@@ -361,9 +361,10 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
         first always runs: it gives the lower bound).
 
     The rounds also stop when :data:`STALLED_ROUNDS` in a row leave both bounds where they
-    were (within :data:`STAGNATION` of the bracket): on spread clouds, whose many sources of small radius
-    tie over long arcs, the alternation can settle on a bracket wider than tol, and further
-    rounds of the same plan and dual cost time only. ``details["stopped"]`` then says why.
+    were (within :data:`STAGNATION` of the bracket): on spread clouds, whose many sources of
+    small radius tie over long arcs, the alternation can settle on a bracket wider than tol,
+    and further rounds of the same plan and dual cost time only. ``details["stopped"]`` then
+    says why.
 
     Returns
     -------
