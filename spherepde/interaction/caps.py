@@ -322,6 +322,24 @@ def _gather(y, w, key, order, yT, phi, logw, band):
         logw[i] = np.log(w[j])
 
 
+def positive_atoms(points, weights, what: str):
+    """The atoms of positive weight of a measure on S^1 or S^2, as float64 arrays (n, d) and
+    (n,), after checking their shapes and that the weights are finite and non-negative
+    (``what`` names the caller in the error)."""
+    y = np.asarray(points, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if y.ndim != 2 or y.shape[1] not in (2, 3) or w.shape != y.shape[:1]:
+        raise ValueError(f"points must be (n, 2) or (n, 3) and weights (n,); got {y.shape} "
+                         f"and {w.shape}")
+    if np.any(w < 0) or not np.all(np.isfinite(w)):
+        raise ValueError(f"{what} need finite non-negative weights; got "
+                         f"{int(np.count_nonzero(~(w >= 0)))} negative or non-finite")
+    if not np.all(w > 0):
+        keep = w > 0
+        y, w = y[keep], w[keep]
+    return y, w
+
+
 class CapSums:
     r"""The atoms of a measure on S^1 or S^2, sorted for exact sums over caps.
 
@@ -342,16 +360,7 @@ class CapSums:
     """
 
     def __init__(self, points, weights):
-        y = np.asarray(points, dtype=np.float64)
-        w = np.asarray(weights, dtype=np.float64)
-        if y.ndim != 2 or y.shape[1] not in (2, 3) or w.shape != y.shape[:1]:
-            raise ValueError(f"points must be (n, 2) or (n, 3) and weights (n,); got {y.shape} "
-                             f"and {w.shape}")
-        if np.any(w < 0) or not np.all(np.isfinite(w)):
-            raise ValueError("cap sums need finite non-negative weights")
-        if not np.all(w > 0):
-            keep = w > 0
-            y, w = y[keep], w[keep]
+        y, w = positive_atoms(points, weights, "cap sums")
         self.d = y.shape[1]
         self.mass = float(w.sum())
         n = y.shape[0]

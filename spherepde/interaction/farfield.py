@@ -78,6 +78,7 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from .caps import positive_atoms
 from .fused import _REDUCE, _exp_nonpositive, _row3
 
 __all__ = ["FarField", "U_MAX", "LEAF_SIZE"]
@@ -945,16 +946,7 @@ class FarField:
     """
 
     def __init__(self, points, weights):
-        y = np.asarray(points, dtype=np.float64)
-        w = np.asarray(weights, dtype=np.float64)
-        if y.ndim != 2 or y.shape[1] not in (2, 3) or w.shape != y.shape[:1]:
-            raise ValueError(f"points must be (n, 2) or (n, 3) and weights (n,); got {y.shape} "
-                             f"and {w.shape}")
-        if np.any(w < 0) or not np.all(np.isfinite(w)):
-            raise ValueError("far-field sums need finite non-negative weights")
-        keep = w > 0
-        if not np.all(keep):
-            y, w = y[keep], w[keep]
+        y, w = positive_atoms(points, weights, "far-field sums")
         self.d = y.shape[1]
         self.mass = float(w.sum())
         y3 = _as3(y)
