@@ -85,6 +85,8 @@ def test_cap_sums_degenerate_cases():
     assert np.allclose(a / s[:, None], y[10:].mean(axis=0), atol=1e-14, rtol=0)
     with pytest.raises(ValueError, match="non-negative"):
         CapSums(y, -w)
+    with pytest.raises(ValueError, match="1 of 50 are negative, NaN or infinite"):
+        CapSums(y, np.where(np.arange(50) == 3, np.inf, w))
     with pytest.raises(ValueError, match="tol"):
         caps.sums(y[:3], np.zeros(3), 0.0)
 

@@ -331,9 +331,10 @@ def positive_atoms(points, weights, what: str):
     if y.ndim != 2 or y.shape[1] not in (2, 3) or w.shape != y.shape[:1]:
         raise ValueError(f"points must be (n, 2) or (n, 3) and weights (n,); got {y.shape} "
                          f"and {w.shape}")
-    if np.any(w < 0) or not np.all(np.isfinite(w)):
-        raise ValueError(f"{what} need finite non-negative weights; got "
-                         f"{int(np.count_nonzero(~(w >= 0)))} negative or non-finite")
+    bad = ~(np.isfinite(w) & (w >= 0))
+    if np.any(bad):
+        raise ValueError(f"{what} need finite non-negative weights; {int(bad.sum())} of "
+                         f"{w.size} are negative, NaN or infinite")
     if not np.all(w > 0):
         keep = w > 0
         y, w = y[keep], w[keep]
