@@ -182,11 +182,19 @@ class _KernelChooser:
     a trial confirms the current choice (a trial wins only by the same margin, against noise),
     so a losing kernel costs O(log(steps)) evaluations. Both kernels agree to the harmonic tolerance (about 100 tol relative), far below the
     step tolerance, so the choice changes the trajectory only at that level.
+
+    A trial of the fused kernel while the harmonic one is in use times it on SAMPLE_QUERIES
+    evenly strided queries against all N keys and scales by N/SAMPLE_QUERIES (its cost is one
+    pass over the keys per query), and this evaluation's output comes from the harmonic
+    kernel: a whole O(N^2) trial at N = 10^6 takes 10-30 minutes, against 1-10 s for one
+    harmonic evaluation, and a run makes about log2(steps) of them.
     """
 
     PROBE = 16
     #: The other kernel must be this much faster to take over (timings are noisy).
     MARGIN = 1.25
+    #: Queries of a sampled trial of the fused kernel (all of them when N is not larger).
+    SAMPLE_QUERIES = 512
 
     def __init__(self, field, model, first: str, clock=None):
         import time
@@ -199,24 +207,45 @@ class _KernelChooser:
         self.calls = {"harmonic": 0, "numba": 0}
         self.seconds = {"harmonic": 0.0, "numba": 0.0}
         self.switches = 0
+        self.sampled = 0  # trials of the fused kernel on a sample of the queries
         self.probe = self.PROBE
         self.until_probe = self.PROBE
 
     def _other(self, name):
         return "numba" if name == "harmonic" else "harmonic"
 
-    def __call__(self, x, weights):
-        trial = self.until_probe <= 0
-        name = self._other(self.current) if trial else self.current
+    def _run(self, name, x, weights):
+        """(output, seconds) of one evaluation by kernel `name`."""
         start = self.clock()
         if name == "harmonic":
             out = self.field.attention_of_points(x, x, weights)
         else:
             out = self.model.attention(x, x, weights, kernel="numba")
-        dt = self.clock() - start
+        return out, self.clock() - start
+
+    def _sampled_numba(self, x, weights):
+        """The fused kernel's time for all N queries, from a strided sample of them."""
+        n = x.shape[0]
+        step = -(-n // self.SAMPLE_QUERIES)
+        start = self.clock()
+        self.model.attention(x[::step], x, weights, kernel="numba")
+        return (self.clock() - start) * n / len(range(0, n, step))
+
+    def __call__(self, x, weights):
+        trial = self.until_probe <= 0
+        name = self._other(self.current) if trial else self.current
+        if trial and name == "numba" and x.shape[0] > self.SAMPLE_QUERIES:
+            dt = self._sampled_numba(x, weights)
+            out, spent = self._run(self.current, x, weights)
+            self.last[self.current] = spent
+            self.calls[self.current] += 1
+            self.seconds[self.current] += spent
+            self.sampled += 1
+        else:
+            out, dt = self._run(name, x, weights)
+            self.calls[name] += 1
+            self.seconds[name] += dt
         self.last[name] = dt
-        self.calls[name] += 1
-        self.seconds[name] += dt
         other = self._other(self.current)
         if trial:
             if self.MARGIN * dt < self.last[self.current]:
@@ -234,7 +263,7 @@ class _KernelChooser:
 
     def stats(self) -> dict:
         """Evaluations and seconds per kernel, and the number of switches."""
-        out = {"kernel_switches": self.switches}
+        out = {"kernel_switches": self.switches, "sampled_numba_trials": self.sampled}
         for k in ("harmonic", "numba"):
             out[f"evaluations_{k}"] = self.calls[k]
             out[f"seconds_{k}"] = round(self.seconds[k], 3)

@@ -342,6 +342,54 @@ def test_auto_keeps_the_kernel_its_timings_show_cheaper():
     assert st["kernel_switches"] == 1
 
 
+def test_auto_times_the_fused_kernel_on_a_sample_of_a_large_cloud(monkeypatch):
+    """Beyond SAMPLE_QUERIES tokens a trial of the fused kernel runs it on a strided sample of
+    the queries and scales its time by N/sample, while that evaluation's output comes from
+    the harmonic kernel: with a clock charging the fused kernel per query (3 s per N queries
+    first, 0.5 s later) and the harmonic kernel 1 s a call, the trial at evaluation 16 sees
+    an estimate of 3 and keeps harmonic, the next one (after 32 more) sees 0.5 and switches;
+    only then does the fused kernel run on all N queries."""
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+    from spherepde.particles import _KernelChooser
+
+    model = build_model(DEFAULT, 16.0)
+    n = 1200  # > SAMPLE_QUERIES = 512: a sample of every 3rd query, 400 of them
+    x = build_initial(DEFAULT).sample(n, seed=3)
+    w = np.full(n, 1.0 / n)
+    clock = {"t": 0.0, "per_token": 3.0 / n}
+    queries = []
+    field = HarmonicField(model.B, model.V, model.beta)
+    harmonic, fused = field.attention_of_points, model.attention
+
+    def timed_harmonic(*args):
+        clock["t"] += 1.0
+        return harmonic(*args)
+
+    def timed_fused(q, *args, **kw):
+        clock["t"] += clock["per_token"] * q.shape[0]
+        queries.append(q.shape[0])
+        return fused(q, *args, **kw)
+
+    monkeypatch.setattr(field, "attention_of_points", timed_harmonic)
+    monkeypatch.setattr(model, "attention", timed_fused)
+    chooser = _KernelChooser(field, model, "harmonic", clock=lambda: clock["t"])
+    ref = fused(x, x, w, kernel="numba")
+    for i in range(60):
+        if i == 20:
+            clock["per_token"] = 0.5 / n
+        out = chooser(x, w)
+        assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
+        if i < 49:
+            assert chooser.current == "harmonic"
+    assert queries[:2] == [400, 400]  # the trials at evaluations 16 and 49 are sampled
+    assert chooser.last["numba"] == pytest.approx(0.5)
+    assert chooser.current == "numba" and set(queries[2:]) == {n}  # then it runs in full
+    st = chooser.stats()
+    assert st["sampled_numba_trials"] == 2 and st["kernel_switches"] == 1
+    assert st["evaluations_harmonic"] == 50 and st["evaluations_numba"] == 10
+
+
 def test_auto_particle_run_matches_numba():
     """A ParticleSolver(kernel="auto") run where harmonic applies records how it split the
     evaluations between the two kernels and follows the numba trajectory to the solver's
