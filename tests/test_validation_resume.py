@@ -144,3 +144,30 @@ def test_a_curves_error_counts_its_w2_brackets():
     assert not loose.converged
     np.testing.assert_allclose(loose.error, 1e-3 + widths)
     assert list(loose.point_converged) == [True, True, False, True, True]
+
+
+def test_a_longer_window_places_a_minimum_the_plan_window_only_bounds():
+    # Finite volumes at three betas, converged on [0, 2] with interior minima, and at a fourth
+    # beta still falling at t = 2 (censored: t* >= 2). The same beta over a window to t = 4
+    # turns at t = 3: the fit takes that curve, and the censored entry goes.
+    plan = lt.Plan(betas=[4.0, 16.0, 64.0, 256.0], t_end=2.0, n_times=5, particles=[],
+                   finite_volume=[8, 16], spectral=[], scenarios=["E1"],
+                   windows={("E1", 256.0): (4.0, {"finite_volume": [8, 16]})})
+    assert list(plan.times_until(4.0)) == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    got = [(sc, so, b, r, t[-1]) for sc, so, b, r, t in lt.curves_of(plan)]
+    assert got[-1] == ("E1", "finite_volume", 256.0, [8, 16], 4.0) and len(got) == 5
+
+    def curve(beta, times, w):
+        return lt.Curve("E1", "finite_volume", beta, 16, times, w, w + 1e-4, {}, np.zeros(w.size))
+
+    t = plan.times
+    dip = np.array([1.0, 0.6, 0.4, 0.5, 0.7])
+    curves = [curve(b, t, dip * s) for b, s in ((4.0, 1.0), (16.0, 0.8), (64.0, 0.6))]
+    falling = curve(256.0, t, np.array([1.0, 0.6, 0.4, 0.3, 0.25]))
+    pts, censored, fit = lt.fit_minima(curves + [falling], "E1")
+    assert censored == [("finite_volume", 256.0, 2.0)] and len(pts) == 3
+    longer = curve(256.0, plan.times_until(4.0),
+                   np.array([1.0, 0.6, 0.4, 0.3, 0.25, 0.22, 0.21, 0.22, 0.3]))
+    pts, censored, fit = lt.fit_minima(curves + [falling, longer], "E1")
+    assert censored == [] and [p[1] for p in pts] == [4.0, 16.0, 64.0, 256.0]
+    assert 2.5 < pts[-1][2] < 3.5 and fit is not None

@@ -87,10 +87,18 @@ class Plan:
     e2_betas: list | None = None  # betas for the dim E = 2 scenario (default: all)
     fv_betas: list | None = None  # betas of the finite-volume runs (default: all)
     e2_fv_betas: list | None = None  # the same for the dim E = 2 scenario (default: fv_betas)
+    #: longer windows, (scenario, beta) -> (t_end, {solver: resolutions}): extra curves at the
+    #: same output spacing, for curves still falling at t_end (their minimum lies beyond it)
+    windows: dict = field(default_factory=dict)
 
     @property
     def times(self):
         return np.linspace(0.0, self.t_end, self.n_times)
+
+    def times_until(self, t_end: float) -> np.ndarray:
+        """Output times on [0, t_end] at the plan's spacing."""
+        step = self.t_end / (self.n_times - 1)
+        return np.linspace(0.0, t_end, int(round(t_end / step)) + 1)
 
     @staticmethod
     def _at(resolutions, beta) -> list:
@@ -117,6 +125,9 @@ MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
               e2_fv_betas=[math.inf])
 #: The full study. The kernel's width beta^-1/2 sets the tokens each beta needs; from beta = 256
 #: on the late phase amplifies perturbations ~100-fold by t = 14 (measured), hence 10^6 tokens.
+#: In dim E = 1 the finite volumes at beta = 256 have flattened by t = 14 (-0.04% over [13, 14])
+#: but not turned: a window to t = 20 at n = 32, 64 (which differ by 4.3% of the minimum on
+#: [0, 14]) places their minimum.
 #: At beta = inf the curves still fall at t = 14, where their level is set by the resolution:
 #: the finite volumes need n = 512 there (n = 128 against 256 differ by 1.9x the threshold,
 #: 256 against 512 by 0.51x: converged in dim E = 1).
@@ -126,7 +137,8 @@ FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_time
                        math.inf: [16000, 64000, 256000, 1024000]},
             finite_volume={**{b: [32, 64, 128] for b in (4.0, 16.0, 64.0, 256.0, 1000.0)},
                            math.inf: [128, 256, 512]},
-            spectral=[64, 128])
+            spectral=[64, 128],
+            windows={("E1", 256.0): (20.0, {"finite_volume": [32, 64]})})
 
 
 def model_for(scenario: str, beta: float) -> sp.Model:
@@ -457,7 +469,8 @@ class Curve:
 
 
 def curves_of(plan: Plan):
-    """(scenario, solver, beta, resolutions) of every curve of the plan."""
+    """(scenario, solver, beta, resolutions, output times) of every curve of the plan, the
+    longer windows last."""
     for scenario in plan.scenarios:
         betas = plan.betas if scenario == "E1" or plan.e2_betas is None else plan.e2_betas
         for beta in betas:
@@ -470,7 +483,10 @@ def curves_of(plan: Plan):
                     else plan.fv_betas
                 if solver == "finite_volume" and fv_betas is not None and beta not in fv_betas:
                     continue
-                yield scenario, solver, beta, resolutions
+                yield scenario, solver, beta, resolutions, plan.times
+    for (scenario, beta), (t_end, runs) in plan.windows.items():
+        for solver, resolutions in runs.items():
+            yield scenario, solver, beta, resolutions, plan.times_until(t_end)
 
 
 def _pool_init():
@@ -504,15 +520,15 @@ def compute_pieces(plan: Plan, store, fresh=False, only_betas=None, workers=None
     import os
 
     jobs = []
-    wanted = [(scenario, solver, beta, r) for scenario, solver, beta, resolutions
+    wanted = [(scenario, solver, beta, r, times) for scenario, solver, beta, resolutions, times
               in curves_of(plan) for r in resolutions]
-    wanted += [("E1", "sensitivity", beta, SENSITIVITY_TOKENS) for beta in plan.betas
+    wanted += [("E1", "sensitivity", beta, SENSITIVITY_TOKENS, plan.times) for beta in plan.betas
                if math.isfinite(beta)]
-    for scenario, solver, beta, r in wanted:
+    for scenario, solver, beta, r, times in wanted:
         if only_betas is not None and beta not in only_betas:
             continue
-        if fresh or not piece_path(store, scenario, solver, beta, r, plan.times)[0].exists():
-            jobs.append((store, scenario, solver, beta, r, plan.times, fresh))
+        if fresh or not piece_path(store, scenario, solver, beta, r, times)[0].exists():
+            jobs.append((store, scenario, solver, beta, r, times, fresh))
     jobs.sort(key=_cost, reverse=True)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
@@ -531,13 +547,14 @@ def collect(plan: Plan, store, fresh=False, compute=True, missing=None,
     finest piece is missing falls back to the finest saved one (without a coarse partner it
     cannot be converged), and the missing pieces are appended to ``missing``."""
     curves = []
-    for scenario, solver, beta, resolutions in curves_of(plan):
+    for scenario, solver, beta, resolutions, times in curves_of(plan):
         run_it = compute and (only_betas is None or beta in only_betas)
-        data = {r: piece(store, scenario, solver, beta, r, plan.times, fresh, run_it)
+        data = {r: piece(store, scenario, solver, beta, r, times, fresh, run_it)
                 for r in resolutions}
+        window = "" if times[-1] == plan.t_end else f" to t={times[-1]:g}"
         for r, d in data.items():
             if d is None and missing is not None:
-                missing.append(f"{scenario} {solver} β={beta_label(beta)} res={r}")
+                missing.append(f"{scenario} {solver} β={beta_label(beta)} res={r}{window}")
         data = {r: d for r, d in data.items() if d is not None}
         if not data:
             continue
@@ -622,9 +639,16 @@ def fit_minima(curves: list[Curve], scenario: str):
     sample and so only bounds t* from below; and the fit t* = slope log beta + intercept
     with its R², and min W2 = e^log_prefactor sqrt(log(beta+1)/beta)^exponent, or None
     with fewer than MIN_FIT_BETAS distinct betas (through two, any line fits exactly and
-    R² = 1 says nothing)."""
-    fitted = [c for c in curves if c.scenario == scenario and c.solver != "spectral"
-              and c.converged and math.isfinite(c.beta)]
+    R² = 1 says nothing). Where a (solver, beta) has converged curves over several windows,
+    the longest one counts."""
+    longest = {}
+    for c in curves:
+        if (c.scenario == scenario and c.solver != "spectral" and c.converged
+                and math.isfinite(c.beta)):
+            key = (c.solver, c.beta)
+            if key not in longest or c.times[-1] > longest[key].times[-1]:
+                longest[key] = c
+    fitted = list(longest.values())
     pts = [(c.solver, c.beta, *c.minimum()) for c in fitted if c.interior_minimum]
     censored = [(c.solver, c.beta, c.times[-1]) for c in fitted if not c.interior_minimum]
     if len({p[1] for p in pts}) < MIN_FIT_BETAS:
@@ -786,14 +810,15 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
 
 def write_points(curves: list[Curve], path):
     """Every point of every curve, marked converged or not."""
-    lines = ["scenario,solver,beta,t,w2_fine,w2_coarse,abs_diff,converged"]
+    lines = ["scenario,solver,beta,window_end,t,w2_fine,w2_coarse,abs_diff,converged"]
     for c in curves:
         err = c.error
         ok = c.point_converged
         for i, t in enumerate(c.times):
             coarse = "" if c.coarse is None or i >= len(c.coarse) else f"{c.coarse[i]:.8g}"
             d = "" if err is None or i >= len(err) else f"{err[i]:.3g}"
-            lines.append(f"{c.scenario},{c.solver},{beta_label(c.beta)},{t:.6g},{c.w2[i]:.8g},"
+            lines.append(f"{c.scenario},{c.solver},{beta_label(c.beta)},{c.times[-1]:g},"
+                         f"{t:.6g},{c.w2[i]:.8g},"
                          f"{coarse},{d},{int(ok[i])}")
     io.write_text(path, "\n".join(lines) + "\n")
 
