@@ -32,7 +32,8 @@ from .model import Model
 from .registry import renamed_keyword
 from .sphere import as_points, retract, tangent_projection
 from .sphere import normalize as unit
-from .timestepping import DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_scheme, integrate
+from .timestepping import (DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_error_norm,
+                           get_scheme, integrate)
 from .timestepping import _check_times
 
 __all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS"]
@@ -309,6 +310,11 @@ class ParticleSolver:
         ``"auto"`` (where "auto" picks harmonic).
     dt_max : float, optional
         Upper bound on adaptive steps.
+    error_norm : str, optional
+        How an adaptive step combines the tokens' errors (:data:`spherepde.timestepping.ERROR_NORMS`):
+        "max" (the default: every coordinate of every token within rtol) or "rms" (their root
+        mean square within rtol: at low temperature one fast straggler no longer sets every
+        token's step; docs/methods.md measures what it saves and what it moves).
     method, backend : str, deprecated
         The old names of ``scheme`` and ``kernel``.
 
@@ -325,7 +331,8 @@ class ParticleSolver:
     def __init__(self, model: Model, scheme: str = "dopri5", dt: float | None = None,
                  rtol: float | None = None, atol: float | None = None, kernel: str = "auto",
                  dt_max: float | None = None, *, harmonic_tol: float | None = None,
-                 method: str | None = None, backend: str | None = None):
+                 error_norm: str = "max", method: str | None = None,
+                 backend: str | None = None):
         if not isinstance(model, Model):
             raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
         scheme = renamed_keyword("scheme", scheme, "method", method, "dopri5")
@@ -343,6 +350,11 @@ class ParticleSolver:
         if (rtol is not None or atol is not None) and not self.tableau.adaptive:
             raise ValueError(f"rtol/atol only apply to an adaptive scheme; {scheme!r} uses the "
                              "fixed step dt")
+        get_error_norm(error_norm)
+        if error_norm != "max" and not self.tableau.adaptive:
+            raise ValueError(f"error_norm only applies to an adaptive scheme; {scheme!r} uses "
+                             "the fixed step dt")
+        self.error_norm = error_norm
         if harmonic_tol is not None and kernel not in ("harmonic", "auto"):
             raise ValueError(f"harmonic_tol applies to kernel='harmonic' (or 'auto'); this "
                              f"solver uses kernel={kernel!r}: drop harmonic_tol or change kernel")
@@ -491,7 +503,7 @@ class ParticleSolver:
             _, stats = integrate(rhs, cloud.points, times, scheme=self.scheme, dt=self.dt,
                                  rtol=self.rtol, atol=self.atol, retract=retract,
                                  callback=on_output, dt_max=self.dt_max, progress=progress,
-                                 keep=lambda i: False)
+                                 keep=lambda i: False, norm=self.error_norm)
         except StepSizeError as exc:
             raise StepSizeError(f"{exc}. {self._step_hint()}") from None
         if self._chooser is not None:
@@ -570,12 +582,15 @@ class ParticleSolver:
         adaptive = self.tableau.adaptive
         out = {"scheme": self.scheme, "rtol": self.rtol if adaptive else None,
                "atol": self.atol if adaptive else None, "dt": self.dt, "dt_max": self.dt_max,
-               "kernel": self.kernel, "harmonic_tol": self.harmonic_tol}
+               "kernel": self.kernel, "harmonic_tol": self.harmonic_tol,
+               "error_norm": self.error_norm if adaptive else None}
         return {k: v for k, v in out.items() if v is not None}
 
     def __repr__(self) -> str:
         step = (f"rtol={self.rtol}, atol={self.atol}" if self.tableau.adaptive
                 else f"dt={self.dt}")
+        if self.error_norm != "max":
+            step += f", error_norm={self.error_norm!r}"
         kernel = f"kernel={self.kernel!r}"
         if self._chooser is not None:
             kernel += f" (last run: {self._chooser.summary()})"

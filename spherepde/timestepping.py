@@ -18,7 +18,8 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Tableau", "SCHEMES", "register", "get_scheme", "integrate", "rk_step",
-           "DEFAULT_RTOL", "DEFAULT_ATOL", "StepSizeError", "MIN_STEP_FRACTION"]
+           "DEFAULT_RTOL", "DEFAULT_ATOL", "StepSizeError", "MIN_STEP_FRACTION", "ERROR_NORMS",
+           "get_error_norm"]
 
 #: Default tolerances of the adaptive pair: about 1e-8 relative accuracy at the outputs
 #: on the problems of the test suite (measured in tests/test_timestepping.py).
@@ -109,6 +110,30 @@ register(
 )
 
 
+def _max_norm(r):
+    return float(np.max(r)) if r.size else 0.0
+
+
+def _rms_norm(r):
+    return float(np.sqrt(np.mean(r * r))) if r.size else 0.0
+
+
+#: How an adaptive step combines its scaled component errors |err_i| / (atol + rtol |y_i|)
+#: into the one number that must stay <= 1: "max", every component within tolerance (the
+#: default); "rms", their root mean square (Hairer–Nørsett–Wanner's and scipy's choice), the
+#: typical component within tolerance, so that one fast straggler among N tokens does not set
+#: every token's step.
+ERROR_NORMS = {"max": _max_norm, "rms": _rms_norm}
+
+
+def get_error_norm(name: str) -> Callable:
+    try:
+        return ERROR_NORMS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown error norm {name!r}; choose one of {sorted(ERROR_NORMS)}") \
+            from None
+
+
 def _add(y, dy):
     return y + dy
 
@@ -159,7 +184,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
               retract: Callable = _add, callback: Callable | None = None,
               dt_max: float | Callable | None = None, max_steps: int = 10_000_000,
               progress=None, adaptive: bool | None = None, keep: Callable | None = None,
-              stats: dict | None = None):
+              stats: dict | None = None, norm: str = "max"):
     """Integrate dy/dt = f(t, y) and return the states at ``times`` (times[0] is y0's time).
 
     One run across all output times: the adaptive step carries over from one output to the
@@ -177,7 +202,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
         Required for non-adaptive schemes unless ``dt_max`` is a callable; with an adaptive
         scheme it is the first step tried.
     rtol, atol : float
-        Tolerances of the adaptive pair (error <= atol + rtol |y| in the max norm).
+        Tolerances of the adaptive pair (error <= atol + rtol |y| in the norm ``norm``).
     retract : callable retract(y, dy) -> y_new
         Applied to every stage and step (manifold state); default plain addition.
     callback : callable callback(i, t, y) -> bool | None, optional
@@ -200,6 +225,9 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
     stats : dict, optional
         Updated in place with the statistics as the run goes (so that they survive an
         exception).
+    norm : str
+        A name of :data:`ERROR_NORMS`: how the component errors of an adaptive step are
+        combined ("max", the default, or "rms").
 
     Returns
     -------
@@ -207,6 +235,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
     function evaluations).
     """
     tab = get_scheme(scheme)
+    error_norm = get_error_norm(norm)
     if adaptive is None:
         adaptive = tab.adaptive
     elif adaptive and not tab.adaptive:
@@ -272,7 +301,7 @@ def integrate(f: Callable, y0, times, scheme: str = "dopri5", dt: float | None =
                 stats["fevals"] += tab.stages - (k_first is not None)
                 k_first = k_stages[0]  # kept if this step is rejected
                 scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
-                en = float(np.max(np.abs(err) / scale)) if np.size(err) else 0.0
+                en = error_norm(np.abs(np.asarray(err)) / scale)
                 if not np.isfinite(en):
                     en = 1e10
                 if en <= 1.0:

@@ -232,3 +232,28 @@ def test_bad_input_errors():
     # normalize=True projects instead of rejecting
     traj = solver.solve(2 * x0, [0.0, 0.1], normalize=True)
     np.testing.assert_allclose(traj.positions[0], x0, atol=1e-15)
+
+
+def test_rms_error_norm_follows_the_max_norm_run_to_its_bound(tmp_path):
+    # With error_norm="rms" each step keeps the root mean square of the 3N scaled errors
+    # below 1 instead of every one of them: never a shorter step than the max norm asks for,
+    # and each coordinate within sqrt(3N) of the tolerance per step, so the two runs differ by
+    # at most ~100 sqrt(3N) rtol (the factor 100 as in tests/test_timestepping.py).
+    model = sp.Model(beta=16.0)
+    x0 = sp.measures.Uniform(3).sample(200, seed=0)
+    rtol = 1e-8
+    runs = {norm: ParticleSolver(model, rtol=rtol, atol=rtol / 100, error_norm=norm,
+                                 kernel="numba").solve(x0, [0.0, 1.0])
+            for norm in ("max", "rms")}
+    assert runs["rms"].stats["fevals"] < runs["max"].stats["fevals"]
+    diff = np.abs(runs["rms"].positions[-1] - runs["max"].positions[-1]).max()
+    assert diff < 100 * np.sqrt(3 * 200) * rtol
+    assert runs["rms"].settings["error_norm"] == "rms"
+    path = runs["rms"].save(tmp_path / "rms.nc")
+    assert Trajectory.load(path).settings["error_norm"] == "rms"
+    solver = ParticleSolver(model, error_norm="rms")
+    assert "error_norm='rms'" in repr(solver)
+    with pytest.raises(ValueError, match="unknown error norm 'l2'"):
+        ParticleSolver(model, error_norm="l2")
+    with pytest.raises(ValueError, match="error_norm only applies to an adaptive scheme"):
+        ParticleSolver(model, scheme="rk4", dt=0.1, error_norm="rms")

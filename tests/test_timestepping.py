@@ -87,6 +87,47 @@ def test_adaptive_pair_tracks_tolerance(problem):
     assert all(e < 100 * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
 
 
+def test_rms_norm_tracks_tolerance(problem):
+    # the same as above with the errors combined by their root mean square: a step may leave
+    # one coordinate up to sqrt(3N) times the tolerance (N = 8 tokens here), so the bound is
+    # 100 x sqrt(24) x rtol
+    model, x0, ref = problem
+    errs = []
+    for rtol in (1e-5, 1e-7, 1e-9):
+        out, _ = ts.integrate(field(model), x0, [0.0, T_END], retract=retract, rtol=rtol,
+                              atol=rtol * 1e-2, norm="rms")
+        errs.append(np.abs(out[-1] - ref).max())
+    assert errs[0] > errs[1] > errs[2]
+    assert all(e < 100 * np.sqrt(24) * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
+
+
+def test_rms_norm_does_not_let_one_fast_component_set_every_step():
+    # 500 rotating pairs, one 20 times faster than the others (a straggler among tokens).
+    # The max norm takes the straggler's step for all; the rms norm weighs its error with the
+    # others' and takes half as many. Each step keeps the rms of the scaled errors <= 1,
+    # so a coordinate may carry up to sqrt(1000) tolerances: the bulk stays within 100 rtol,
+    # the straggler within 100 sqrt(1000) rtol.
+    n, rtol = 500, 1e-7
+    omega = np.ones(n)
+    omega[7] = 20.0
+    y0 = np.column_stack([np.ones(n), np.zeros(n)])
+
+    def f(t, y):
+        return omega[:, None] * np.column_stack([-y[:, 1], y[:, 0]])
+
+    T = 2.0
+    exact_end = np.column_stack([np.cos(omega * T), np.sin(omega * T)])
+    runs = {norm: ts.integrate(f, y0, [0.0, T], rtol=rtol, atol=rtol, norm=norm)
+            for norm in ("max", "rms")}
+    steps = {k: v[1]["steps"] for k, v in runs.items()}
+    # the error estimate of a step goes like h^5, and the rms divides the straggler's share
+    # by sqrt(2n) = 31.6: its steps are 31.6^(1/5) = 2.0 times longer (measured 1.98)
+    assert steps["max"] / steps["rms"] > 1.8, steps
+    err = np.abs(runs["rms"][0][-1] - exact_end).max(axis=1)
+    assert np.delete(err, 7).max() < 100 * rtol
+    assert err[7] < 100 * np.sqrt(2 * n) * rtol
+
+
 def test_bad_arguments():
     f = lambda t, y: -y
     with pytest.raises(ValueError, match="positive"):
@@ -99,6 +140,8 @@ def test_bad_arguments():
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4", dt=0.1, adaptive=True)
     with pytest.raises(ValueError, match="unknown time-stepping scheme"):
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk7", dt=0.1)
+    with pytest.raises(ValueError, match=r"unknown error norm 'l2'; choose one of \['max', 'rms'\]"):
+        ts.integrate(f, np.ones(2), [0.0, 1.0], norm="l2")
 
 
 def test_keep_stores_only_requested_outputs():
