@@ -165,9 +165,24 @@ def test_a_longer_window_places_a_minimum_the_plan_window_only_bounds():
     curves = [curve(b, t, dip * s) for b, s in ((4.0, 1.0), (16.0, 0.8), (64.0, 0.6))]
     falling = curve(256.0, t, np.array([1.0, 0.6, 0.4, 0.3, 0.25]))
     pts, censored, fit = lt.fit_minima(curves + [falling], "E1")
-    assert censored == [("finite_volume", 256.0, 2.0)] and len(pts) == 3
+    assert censored == [("finite_volume", 256.0, 2.0, 2.0)] and len(pts) == 3
     longer = curve(256.0, plan.times_until(4.0),
                    np.array([1.0, 0.6, 0.4, 0.3, 0.25, 0.22, 0.21, 0.22, 0.3]))
     pts, censored, fit = lt.fit_minima(curves + [falling, longer], "E1")
     assert censored == [] and [p[1] for p in pts] == [4.0, 16.0, 64.0, 256.0]
     assert 2.5 < pts[-1][2] < 3.5 and fit is not None
+
+
+def test_a_minimum_on_a_plateau_within_the_curves_error_is_not_located():
+    # The curve turns at t = 3 but climbs back by 0.004 only, less than its own error (the
+    # coarse twin 0.01 away): within that error it may still be falling at t = 4, so t* is
+    # not located (from t = 2.5, where it first comes within 0.01 of its minimum). With the
+    # twin 1e-4 away the same minimum is interior.
+    t = np.linspace(0.0, 4.0, 9)
+    w = np.array([1.0, 0.6, 0.4, 0.3, 0.25, 0.22, 0.21, 0.212, 0.214])
+    flat = lt.Curve("E1", "finite_volume", 256.0, 64, t, w, w + 0.01, {}, np.zeros(9))
+    assert not flat.interior_minimum and list(flat.minimum_band()) == [2.5, 3.0, 3.5, 4.0]
+    sharp = lt.Curve("E1", "finite_volume", 256.0, 64, t, w, w + 1e-4, {}, np.zeros(9))
+    assert sharp.interior_minimum and list(sharp.minimum_band()) == [3.0]
+    _, censored, _ = lt.fit_minima([flat], "E1")
+    assert censored == [("finite_volume", 256.0, 2.5, 4.0)]

@@ -449,12 +449,22 @@ class Curve:
         return (err is not None and len(err) == len(self.times)
                 and bool(np.all(err < CONVERGED_FRACTION * np.min(self.w2))))
 
+    def minimum_band(self) -> np.ndarray:
+        """The output times where the curve lies within its own measured error (the largest
+        |fine - coarse|, brackets included; 0 without a coarse partner) of its minimum: where
+        the minimum may lie, as far as the two resolutions can tell."""
+        err = self.error
+        tol = 0.0 if err is None else float(np.max(err))
+        return self.times[self.w2 <= np.min(self.w2) + tol]
+
     @property
     def interior_minimum(self) -> bool:
-        """Whether the sampled minimum lies inside the window; at its end the curve is still
-        falling, and t* >= t_end is only a bound."""
-        i = int(np.argmin(self.w2))
-        return 0 < i < len(self.w2) - 1
+        """Whether the minimum is located inside the window: the curve climbs above its
+        minimum by more than its own error on both sides. Otherwise it is still falling at
+        the window's end, or has flattened there to within its error (a plateau), and t* is
+        not located: somewhere past the band's start, perhaps past the window."""
+        band = self.minimum_band()
+        return band[0] > self.times[0] and band[-1] < self.times[-1]
 
     def minimum(self):
         """(t*, min W2), the minimum refined by a parabola through the three nearest samples."""
@@ -607,7 +617,7 @@ def agreement(curves: list[Curve]):
         if not c.converged:
             continue
         for o in curves:
-            if (o is c or o.scenario != c.scenario or o.beta != c.beta):
+            if o.solver == c.solver or o.scenario != c.scenario or o.beta != c.beta:
                 continue
             measured = len(o.w2) if o.error is None else len(o.error)  # o.error: its common times
             n = min(measured, len(c.w2))
@@ -635,8 +645,9 @@ def depth_scale(beta):
 def fit_minima(curves: list[Curve], scenario: str):
     """The closest approach of one scenario's converged finite-beta curves (particles or
     finite volumes): points (solver, beta, t*, min W2), one per converged curve whose minimum
-    is interior; the censored ones (solver, beta, t_end), whose minimum is the window's last
-    sample and so only bounds t* from below; and the fit t* = slope log beta + intercept
+    is interior; the censored ones (solver, beta, t_from, t_end), whose curve is within its
+    own error of its minimum from t_from up to the window's end t_end (still falling, or a
+    plateau), so that t* is not located; and the fit t* = slope log beta + intercept
     with its R², and min W2 = e^log_prefactor sqrt(log(beta+1)/beta)^exponent, or None
     with fewer than MIN_FIT_BETAS distinct betas (through two, any line fits exactly and
     R² = 1 says nothing). Where a (solver, beta) has converged curves over several windows,
@@ -650,7 +661,8 @@ def fit_minima(curves: list[Curve], scenario: str):
                 longest[key] = c
     fitted = list(longest.values())
     pts = [(c.solver, c.beta, *c.minimum()) for c in fitted if c.interior_minimum]
-    censored = [(c.solver, c.beta, c.times[-1]) for c in fitted if not c.interior_minimum]
+    censored = [(c.solver, c.beta, float(c.minimum_band()[0]), float(c.times[-1]))
+                for c in fitted if not c.interior_minimum]
     if len({p[1] for p in pts}) < MIN_FIT_BETAS:
         return pts, censored, None
     _, b, ts, wm = (np.array(v) for v in zip(*pts))
@@ -782,9 +794,10 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
         listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f}"
                            for s_, b, ts, wm in pts) or "none"
         if censored:
-            listed += (" (left out, converged but still falling at the window's end, t* ≥ "
-                       "t_end: " + "; ".join(f"{s_} β = {b:g}, t* ≥ {te:g}"
-                                             for s_, b, te in censored) + ")")
+            listed += (" (left out, converged but within their own error of their minimum up "
+                       "to the window's end, still falling or flat, so that t* is not located: "
+                       + "; ".join(f"{s_} β = {b:g} over [{t0:g}, {te:g}]"
+                                   for s_, b, t0, te in censored) + ")")
         if fit is None:
             text += ["", f"Converged finite-β curves (dim E = {dim}): {listed}. Fewer than "
                      f"{MIN_FIT_BETAS} distinct β: no fit of t*(β) or min W2(β)."]
