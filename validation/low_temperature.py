@@ -42,6 +42,7 @@ import numpy as np
 
 import spherepde as sp
 from spherepde import io
+from spherepde.analysis.convergence import resolution_error
 from spherepde.sphere import rotation_about_axis
 from spherepde.wasserstein.limit import _merge_atoms
 
@@ -430,9 +431,9 @@ class Curve:
         two resolutions' true distances can differ, the curve's own measured error."""
         if self.coarse is None:
             return None
-        n = min(len(self.w2), len(self.coarse))
-        diff = np.abs(self.w2[:n] - self.coarse[:n])
-        return diff if self.widths is None else diff + self.widths[:n]
+        n = min(len(self.w2), len(self.coarse))  # the two runs share the plan's output times
+        return resolution_error(self.times, self.w2, self.times[:n], self.coarse[:n],
+                                self.widths)[1]
 
     @property
     def point_converged(self) -> np.ndarray:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, io
+from ..analysis.convergence import resolution_error
 from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
@@ -247,14 +248,10 @@ def convergence(fine: "Run", coarse: "Run | None", fraction: float) -> dict:
            "converged": False, "until": math.nan}
     if coarse is None:
         return out
-    common, i, j = np.intersect1d(np.round(fine.times, 12), np.round(coarse.times, 12),
-                                  return_indices=True)
+    common, diff = resolution_error(fine.times, fine.w2, coarse.times, coarse.w2,
+                                    fine.w2_width, coarse.w2_width)
     if common.size == 0:
         return out
-    diff = np.abs(np.asarray(fine.w2)[i] - np.asarray(coarse.w2)[j])
-    for run, k in ((fine, i), (coarse, j)):
-        if run.w2_width is not None:
-            diff = diff + np.asarray(run.w2_width)[k]
     out["max_difference"] = float(diff.max())
     out["until"] = float(common[-1])
     reached = coarse.times[-1] >= fine.times[-1] * (1 - 1e-12)
