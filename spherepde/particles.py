@@ -187,8 +187,9 @@ class _KernelChooser:
     A trial of the fused kernel while the harmonic one is in use times it on SAMPLE_QUERIES
     evenly strided queries against all N keys and scales by N/SAMPLE_QUERIES (its cost is one
     pass over the keys per query), and this evaluation's output comes from the harmonic
-    kernel: a whole O(N^2) trial at N = 10^6 takes 10-30 minutes, against 1-10 s for one
-    harmonic evaluation, and a run makes about log2(steps) of them.
+    kernel: a whole O(N^2) trial at N = 10^6 and beta = 1000 takes about an hour on one
+    thread (3565 s, scaled from the 1.8 s of 512 queries), against 1-10 s for one harmonic
+    evaluation, and a run makes about log2(steps) of them.
     """
 
     PROBE = 16
