@@ -85,3 +85,17 @@ def test_tokens_start_on_the_lattice_where_there_is_one():
     assert np.array_equal(coarse.points, mu8.sample(50, seed=1))
     sampled = validate_config({"particles": {"init": "sample"}})
     assert np.array_equal(initial_tokens(sampled, mu0, 50).points, mu0.sample(50, seed=0))
+
+
+def test_resolution_error_matches_times_and_adds_both_brackets():
+    # The coarse run stopped at t = 1 and its times carry a 1e-14 rounding: the common times
+    # are 0 and 1, and each difference grows by the fine and the coarse bracket there.
+    from spherepde.analysis.convergence import resolution_error
+
+    t, err = resolution_error([0.0, 1.0, 2.0], [1.0, 0.5, 0.4], [0.0, 1.0 + 1e-14],
+                              [0.9, 0.53], fine_width=[0.001, 0.002, 0.5],
+                              coarse_width=[0.01, 0.02])
+    np.testing.assert_allclose(t, [0.0, 1.0])
+    np.testing.assert_allclose(err, [0.1 + 0.011, 0.03 + 0.022])
+    t, err = resolution_error([0.0, 1.0], [1.0, 0.5], [0.5], [0.7])
+    assert t.size == 0 and err.size == 0
