@@ -89,7 +89,7 @@ class Plan:
     fv_betas: list | None = None  # betas of the finite-volume runs (default: all)
     e2_fv_betas: list | None = None  # the same for the dim E = 2 scenario (default: fv_betas)
     #: longer windows, (scenario, beta) -> (t_end, {solver: resolutions}): extra curves at the
-    #: same output spacing, for curves still falling at t_end (their minimum lies beyond it)
+    #: same output spacing, for curves still falling at t_end (their minimum may lie beyond)
     windows: dict = field(default_factory=dict)
 
     @property
@@ -127,8 +127,8 @@ MEDIUM = Plan(betas=[4.0, 16.0, 64.0, 256.0, math.inf], t_end=14.0, n_times=57,
 #: The full study. The kernel's width beta^-1/2 sets the tokens each beta needs; from beta = 256
 #: on the late phase amplifies perturbations ~100-fold by t = 14 (measured), hence 10^6 tokens.
 #: In dim E = 1 the finite volumes at beta = 256 have flattened by t = 14 (-0.04% over [13, 14])
-#: but not turned: a window to t = 20 at n = 32, 64 (which differ by 4.3% of the minimum on
-#: [0, 14]) places their minimum.
+#: but not turned; over a window to t = 20 at n = 32, 64 (4.3% apart) they stay within their
+#: own error of their minimum from t = 9.5 on: a plateau, so t* is still not located there.
 #: At beta = inf the curves still fall at t = 14, where their level is set by the resolution:
 #: the finite volumes need n = 512 there (n = 128 against 256 differ by 1.9x the threshold,
 #: 256 against 512 by 0.51x: converged in dim E = 1).
