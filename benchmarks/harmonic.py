@@ -17,10 +17,12 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    queries the error bound sent to the fallback (``fallback``) and the work per fallback
    query (``fallback_work``: exact plus far-field expansion terms), per output time and
    every 5 steps; ``--save-dir`` keeps the clouds. Long: run it with nohup and a log.
-5. ``--late [CLOUD.npy ...]``: one right-hand side at each N of ``--n-late`` on the initial
-   cloud and on late clouds resampled from saved ones (``resample``), in fresh subprocesses:
+5. ``--late [CLOUD ...]``: one right-hand side at each N of ``--n-late`` on the initial
+   cloud and on late clouds resampled from saved ones (``resample``; a cloud may be a .npy
+   array or a study checkpoint .npz, and N = 0 takes it as saved), in fresh subprocesses:
    time, peak memory, the far-field fallback against the exact cap sums it replaced on the
-   same queries, and the fused numba kernel.
+   same queries, and the fused numba kernel; ``--velocity-tols`` repeats each at the given
+   accuracies (what a particle run at rtol R asks: R/100).
 6. ``--tolerances``: the right-hand sides a run of 2048 tokens at beta = 1000 to t = 14 needs
    at rtol 1e-6, 1e-7 and 1e-9, and how far each W2 curve is from the rtol 1e-9 one: what a
    looser tolerance would save the N = 10^6 run; ``--norms max rms`` adds the rms error norm
@@ -29,7 +31,8 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--kernel auto] [--rtol R] [--error-norm rms] [--save-dir DIR]
-       [--late [CLOUD.npy ...]] [--n-late 262144 1000000] [--tolerances] [--norms max rms]
+       [--late [CLOUD ...]] [--n-late 262144 1000000] [--velocity-tols 1e-7]
+       [--tolerances] [--norms max rms]
        [--n-tol 2048] [--rtols 1e-5 1e-6] [--jacobian] [--json out.json]   (no flag: the first three)
 """
 from __future__ import annotations
@@ -334,7 +337,14 @@ from spherepde.interaction.caps import CapSums
 from spherepde.interaction.farfield import FarField
 model = build_model(DEFAULT, {beta})
 n = {n}
-x = tokens(n) if {cloud!r} is None else resample(np.load({cloud!r}), n, seed=1)
+if {cloud!r} is None:
+    x = tokens(n)
+else:
+    x = np.load({cloud!r})
+    x = x["state"] if hasattr(x, "files") else x  # a study checkpoint (.npz) or a cloud
+    x = x if n <= 0 else resample(x, n, seed=1)  # n <= 0: the cloud as saved
+n = x.shape[0]
+vt = {velocity_tol!r}
 w = np.full(n, 1.0 / n)
 field = field_for(model.B, model.V, model.beta, model.normalized)
 field.attention_of_points(x[:2000], x[:2000], w[:2000] * n / 2000)  # compile, plan
@@ -342,7 +352,7 @@ times = []
 for _ in range({repeat}):
     f0 = dict(field.stats)
     t = time.perf_counter()
-    v = field.attention_of_points(x, x, w)
+    v = field.attention_of_points(x, x, w, velocity_tol=vt)
     times.append(time.perf_counter() - t)
 fb = field.stats["fallback"] - f0["fallback"]
 work = field.stats["fallback_work"] - f0["fallback_work"]
@@ -352,11 +362,11 @@ mom = field.moments(x, w)
 t = time.perf_counter()
 _, bound = field.attention(x, mom, return_bound=True)
 t_harm = time.perf_counter() - t + 0.0
-bad = np.nonzero(~(bound <= FALLBACK_FACTOR * field.tol))[0]
+bad = np.nonzero(~(bound <= (FALLBACK_FACTOR * field.tol if vt is None else vt)))[0]
 nx = np.empty((bad.size, 3)); kap = np.empty(bad.size)
 _directions(np.ascontiguousarray(x[bad]), field.B, field.beta, nx, kap)
 t = time.perf_counter()
-s, a, sh, st = FarField(x, w).sums(kap[:, None] * nx, field.tol)
+s, a, sh, st = FarField(x, w).sums(kap[:, None] * nx, field.tol if vt is None else vt)
 t_far = time.perf_counter() - t
 # the cap sums they replace (before): the sort, then a subset of the queries, scaled
 sub = min(bad.size, {cap_subset})
@@ -376,7 +386,7 @@ attention_numba(q[:64], keys, values, w, model.beta, model.normalized)
 t = time.perf_counter()
 ref = attention_numba(q, keys, values, w, model.beta, model.normalized)
 t_numba = (time.perf_counter() - t) * n / {subset}
-print(json.dumps(dict(seconds=float(np.median(times)), all_seconds=times, vm_hwm_mb=hwm,
+print(json.dumps(dict(n=n, seconds=float(np.median(times)), all_seconds=times, vm_hwm_mb=hwm,
                       fallback=int(fb), fallback_share=fb / n, fallback_work=int(work),
                       harmonic_part_s=t_harm, farfield_s=t_far, farfield_stats=st,
                       caps_s=t_caps, caps_sort_s=t_sort, caps_atoms_mean=float(cnt.mean()) if sub else 0.0,
@@ -385,21 +395,26 @@ print(json.dumps(dict(seconds=float(np.median(times)), all_seconds=times, vm_hwm
 """
 
 
-def late(n=10**6, beta=1000.0, cloud=None, repeat=3, subset=512, cap_subset=512):
+def late(n=10**6, beta=1000.0, cloud=None, repeat=3, subset=512, cap_subset=512,
+         velocity_tol=None):
     """One right-hand side at N = n on the initial cloud (cloud=None) or on a late cloud
     resampled from a saved one (:func:`resample`), in a fresh subprocess (peak memory):
     its time (median of `repeat`), the harmonic part alone, the far-field fallback alone and
     the exact cap sums it replaced on the same queries (the sort plus `cap_subset` queries,
-    scaled), and the fused numba kernel (from `subset` queries, scaled)."""
+    scaled), and the fused numba kernel (from `subset` queries, scaled). `cloud` may be a
+    study checkpoint (.npz, its tokens) and n <= 0 takes the cloud as saved; velocity_tol is
+    the accuracy asked of the evaluation (None: the field's default, 100 tol)."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     code = _LATE.format(root=root, bench=os.path.dirname(os.path.abspath(__file__)), beta=beta,
-                        n=n, cloud=cloud, repeat=repeat, subset=subset, cap_subset=cap_subset)
+                        n=n, cloud=cloud, repeat=repeat, subset=subset, cap_subset=cap_subset,
+                        velocity_tol=velocity_tol)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(res.stderr[-3000:])
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    out.update(n=n, beta=beta, cloud=cloud or "initial")
-    print(f"[late] N = {n}, beta = {beta:g}, cloud {out['cloud']}: one right-hand side "
+    out.update(beta=beta, cloud=cloud or "initial", velocity_tol=velocity_tol)
+    print(f"[late] N = {out['n']}, beta = {beta:g}, cloud {out['cloud']}, velocity_tol "
+          f"{velocity_tol}: one right-hand side "
           f"{out['seconds']:.2f} s, peak RSS {out['vm_hwm_mb']:.0f} MB, fallback share "
           f"{out['fallback_share']:.4f}; far field {out['farfield_s']:.2f} s vs cap sums "
           f"{out['caps_s']:.1f} s ({out['caps_s'] / max(out['farfield_s'], 1e-9):.0f}x); numba "
@@ -419,7 +434,11 @@ def main(argv=None):
     p.add_argument("--save-dir", default=None, help="--full-run saves its clouds here")
     p.add_argument("--late", nargs="*", default=None, metavar="CLOUD.npy",
                    help="one right-hand side on the initial cloud and on these late clouds")
-    p.add_argument("--n-late", type=int, nargs="+", default=[1 << 18, 10**6])
+    p.add_argument("--n-late", type=int, nargs="+", default=[1 << 18, 10**6],
+                   help="--late: tokens resampled from each cloud (0: the cloud as saved)")
+    p.add_argument("--velocity-tols", type=float, nargs="+", default=None,
+                   help="--late: the accuracies asked of the evaluation (default: the field's "
+                        "100 tol only)")
     p.add_argument("--tolerances", action="store_true",
                    help="right-hand sides to t = 14 and the W2 curve's change at rtol 1e-6/7/9")
     p.add_argument("--norms", nargs="+", default=["max"], choices=["max", "rms"],
@@ -453,7 +472,9 @@ def main(argv=None):
     if a.jacobian:
         out["jacobian"] = jacobian_spectrum()
     if a.late is not None:
-        out["late"] = [late(n=n, cloud=c) for c in [None] + a.late for n in a.n_late]
+        vts = [None] if a.velocity_tols is None else a.velocity_tols
+        out["late"] = [late(n=n, cloud=c, velocity_tol=vt) for c in [None] + a.late
+                       for n in a.n_late for vt in vts]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

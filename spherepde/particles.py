@@ -36,9 +36,28 @@ from .timestepping import (DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_error_
                            get_scheme, integrate)
 from .timestepping import _check_times
 
-__all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS"]
+__all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS", "default_velocity_tol"]
 
 LAYER_KINDS = ("post-ln", "pre-ln")
+
+#: The harmonic kernel's default accuracy in an adaptive run: rtol over this
+#: (:func:`default_velocity_tol`).
+VELOCITY_TOL_DIVISOR = 100.0
+
+
+def default_velocity_tol(rtol: float, harmonic_tol: float | None = None) -> float:
+    """The accuracy asked of the harmonic kernel's velocities (relative to |V|_2) when a run
+    steps at ``rtol``: rtol / VELOCITY_TOL_DIVISOR, but never tighter than what the field was
+    built for (``FALLBACK_FACTOR * harmonic_tol``, 1e-10 at the default tol).
+
+    A velocity error δ moves a token by at most δ per unit time before the dynamics amplify
+    it, the same amplification the steps' own local errors (up to rtol per step, and steps
+    are shorter than one time unit) go through: δ = rtol/100 adds at most a hundredth of
+    what the step control already allows. The default rtol (1e-9) keeps 1e-10."""
+    from .interaction.harmonic import DEFAULT_TOL, FALLBACK_FACTOR
+
+    floor = FALLBACK_FACTOR * (DEFAULT_TOL if harmonic_tol is None else harmonic_tol)
+    return min(max(floor, float(rtol) / VELOCITY_TOL_DIVISOR), 0.5)
 
 
 def _check_positive(value, name):
@@ -198,11 +217,12 @@ class _KernelChooser:
     #: Queries of a sampled trial of the fused kernel (all of them when N is not larger).
     SAMPLE_QUERIES = 512
 
-    def __init__(self, field, model, first: str, clock=None):
+    def __init__(self, field, model, first: str, clock=None, velocity_tol=None):
         import time
 
         self.clock = time.perf_counter if clock is None else clock
         self.field = field
+        self.velocity_tol = velocity_tol
         self.model = model
         self.current = first
         self.last = {"harmonic": None, "numba": None}
@@ -220,7 +240,8 @@ class _KernelChooser:
         """(output, seconds) of one evaluation by kernel `name`."""
         start = self.clock()
         if name == "harmonic":
-            out = self.field.attention_of_points(x, x, weights)
+            out = self.field.attention_of_points(x, x, weights,
+                                                 velocity_tol=self.velocity_tol)
         else:
             out = self.model.attention(x, x, weights, kernel="numba")
         return out, self.clock() - start
@@ -309,6 +330,14 @@ class ParticleSolver:
         (:class:`spherepde.interaction.harmonic.HarmonicField`). A larger tol means a smaller
         L, fewer fallback queries and smaller caps. Only for ``kernel="harmonic"`` or
         ``"auto"`` (where "auto" picks harmonic).
+    velocity_tol : float, optional
+        The accuracy asked of the harmonic kernel's velocities, relative to
+        :math:`\|V\|_2`: tokens whose a-priori bound exceeds it go to the far-field sums, at
+        the same accuracy. Default :func:`default_velocity_tol`: rtol/100 for an adaptive
+        scheme, never tighter than 100 harmonic_tol (1e-10). On a concentrated cloud this and
+        not harmonic_tol sets how many tokens fall back, so how much an evaluation costs
+        (docs/methods.md: 34 s against 0.6 s at N = 10^6, beta = 1000, for 1e-10 against
+        1e-7). Only for ``kernel="harmonic"`` or ``"auto"``.
     dt_max : float, optional
         Upper bound on adaptive steps.
     error_norm : str, optional
@@ -332,7 +361,8 @@ class ParticleSolver:
     def __init__(self, model: Model, scheme: str = "dopri5", dt: float | None = None,
                  rtol: float | None = None, atol: float | None = None, kernel: str = "auto",
                  dt_max: float | None = None, *, harmonic_tol: float | None = None,
-                 error_norm: str = "max", method: str | None = None,
+                 velocity_tol: float | None = None, error_norm: str = "max",
+                 method: str | None = None,
                  backend: str | None = None):
         if not isinstance(model, Model):
             raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
@@ -359,7 +389,15 @@ class ParticleSolver:
         if harmonic_tol is not None and kernel not in ("harmonic", "auto"):
             raise ValueError(f"harmonic_tol applies to kernel='harmonic' (or 'auto'); this "
                              f"solver uses kernel={kernel!r}: drop harmonic_tol or change kernel")
+        if velocity_tol is not None and kernel not in ("harmonic", "auto"):
+            raise ValueError(f"velocity_tol applies to kernel='harmonic' (or 'auto'); this "
+                             f"solver uses kernel={kernel!r}: drop velocity_tol or change kernel")
         self.harmonic_tol = harmonic_tol
+        if velocity_tol is not None:
+            from .interaction.harmonic import check_velocity_tol
+
+            velocity_tol = check_velocity_tol(velocity_tol)
+        self._velocity_tol = velocity_tol
         self.kernel = kernel
         self._kernel_used = kernel  # "auto" is resolved once per solve, from N
         self.harmonic_degree = None
@@ -380,6 +418,15 @@ class ParticleSolver:
             self._field = field_for(m.B, m.V, m.beta, m.normalized, tol)
             self.harmonic_degree = self._field.degree
 
+    @property
+    def velocity_tol(self) -> float:
+        """The harmonic kernel's accuracy in this solver's runs (given, or
+        :func:`default_velocity_tol` of rtol; the fixed-step schemes keep 100 harmonic_tol)."""
+        if self._velocity_tol is not None:
+            return self._velocity_tol
+        rtol = self.rtol if self.tableau.adaptive else 0.0
+        return default_velocity_tol(rtol, self.harmonic_tol)
+
     def _step_hint(self) -> str:
         """What to change when the adaptive step collapses."""
         m = self.model
@@ -398,7 +445,8 @@ class ParticleSolver:
         if self._chooser is not None:
             return self._chooser(x, weights)
         if self._field is not None:
-            return self._field.attention_of_points(x, x, weights)
+            return self._field.attention_of_points(x, x, weights,
+                                                   velocity_tol=self.velocity_tol)
         return self.model.attention(x, x, weights, kernel=self._kernel_used)
 
     def velocity(self, x, weights) -> np.ndarray:
@@ -477,7 +525,8 @@ class ParticleSolver:
                 # first is then "harmonic" or "numba"; the chooser needs the field either way
                 self._note_kernel("harmonic")
                 self._kernel_used = "auto"
-                self._chooser = _KernelChooser(self._field, m, first)
+                self._chooser = _KernelChooser(self._field, m, first,
+                                               velocity_tol=self.velocity_tol)
             else:
                 self._note_kernel(first)
         sel = self._selection(cloud.n, tokens)
@@ -584,6 +633,8 @@ class ParticleSolver:
         out = {"scheme": self.scheme, "rtol": self.rtol if adaptive else None,
                "atol": self.atol if adaptive else None, "dt": self.dt, "dt_max": self.dt_max,
                "kernel": self.kernel, "harmonic_tol": self.harmonic_tol,
+               "velocity_tol": (self.velocity_tol if self.kernel in ("harmonic", "auto")
+                                else None),
                "error_norm": self.error_norm if adaptive else None}
         return {k: v for k, v in out.items() if v is not None}
 
@@ -601,4 +652,5 @@ class ParticleSolver:
             kernel += f", L={self.harmonic_degree}"
             if self.harmonic_tol is not None:
                 kernel += f", harmonic_tol={self.harmonic_tol:g}"
+            kernel += f", velocity_tol={self.velocity_tol:g}"
         return f"ParticleSolver({self.model!r}, scheme={self.scheme!r}, {step}, {kernel})"

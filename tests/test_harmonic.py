@@ -362,9 +362,9 @@ def test_auto_times_the_fused_kernel_on_a_sample_of_a_large_cloud(monkeypatch):
     field = HarmonicField(model.B, model.V, model.beta)
     harmonic, fused = field.attention_of_points, model.attention
 
-    def timed_harmonic(*args):
+    def timed_harmonic(*args, **kw):
         clock["t"] += 1.0
-        return harmonic(*args)
+        return harmonic(*args, **kw)
 
     def timed_fused(q, *args, **kw):
         clock["t"] += clock["per_token"] * q.shape[0]
@@ -407,3 +407,106 @@ def test_auto_particle_run_matches_numba():
     assert "evaluations" in repr(solver)
     ref = sp.ParticleSolver(model, kernel="numba").solve(x0, times)
     assert np.abs(traj.positions - ref.positions).max() <= 1e-7
+
+
+def half_uniform_half_cap(n, seed=0):
+    """Half the mass uniform, half in a cap of angular width 0.01: the cap's G is ~10^3 times
+    the uniform level, and the transforms' error floor (relative to the field's largest
+    value) then exceeds 1e-10 of the G that the uniform half's queries see."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal((n, 3))
+    cap = np.array([0.0, 0.0, 1.0]) + 0.01 * rng.standard_normal((n, 3))
+    y = np.concatenate([u, cap])
+    return y / np.linalg.norm(y, axis=1, keepdims=True), np.full(2 * n, 0.5 / n)
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_velocity_tol_decides_the_fallback_and_every_row_meets_it(normalized):
+    """attention_of_points(velocity_tol=...): on a concentrated measure nearly every query
+    fails the default 100 tol (the bound is the transforms' floor over the little mass the
+    query sees), while at 1e-8 almost none does; every row is within velocity_tol of the
+    direct kernel (SA: relative to |V|_2; USA: to the query's own scale)."""
+    from spherepde.interaction.fused import log_partition_numba
+
+    O, V = matrices(3, "rotation")
+    B = O if normalized else 0.6 * O  # USA: e^600 stays in float64
+    y, w = half_uniform_half_cap(4000)
+    ref = attention_numba(y, y @ B.T, y @ V.T, w, 1000.0, normalized)
+    scale = np.linalg.norm(V, 2) * (1.0 if normalized else
+                                    np.exp(log_partition_numba(y, y @ B.T, w, 1000.0)))
+    fallback = {}
+    for vt in (None, 1e-8, 1e-6):
+        field = HarmonicField(B, V, 1000.0, normalized)
+        out = field.attention_of_points(y, y, w, velocity_tol=vt)
+        err = (np.abs(out - ref).max(axis=1) / scale).max()
+        assert err <= (FALLBACK_FACTOR * TOL if vt is None else vt)
+        fallback[vt] = field.stats["fallback"]
+    assert fallback[None] >= 0.9 * y.shape[0]
+    assert fallback[1e-8] <= 0.02 * y.shape[0]
+    assert fallback[1e-6] <= fallback[1e-8]
+    for bad in (0.0, 1.0, -1e-6):
+        with pytest.raises(ValueError, match=r"velocity_tol must lie in \(0, 1\)"):
+            field.attention_of_points(y, y, w, velocity_tol=bad)
+
+
+def test_far_field_runs_at_velocity_tol():
+    """Queries that fail even a loose velocity_tol (a late two-cluster cloud: they look away
+    from the mass) go to the far field at that tolerance, and stay within it."""
+    from spherepde.sphere import rotation_about_axis
+
+    rng = np.random.default_rng(11)
+    sign = np.where(rng.random(4000) < 0.6, 1.0, -1.0)
+    y = sign[:, None] * np.eye(3)[0] + 0.01 * rng.standard_normal((4000, 3))
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    w = np.full(4000, 1.0 / 4000)
+    O = rotation_about_axis([1.0, 1.0, 1.0], 0.9)
+    V = np.diag([1.0, 0.4, 0.0]) @ O
+    ref = attention_numba(y, y @ O.T, y @ V.T, w, 1000.0, True)
+    for vt in (1e-6, 1e-3):
+        field = HarmonicField(O, V, 1000.0, True)
+        out = field.attention_of_points(y, y, w, velocity_tol=vt)
+        assert field.stats["fallback"] > 0.9 * y.shape[0]
+        err = np.abs(out - ref).max() / np.linalg.norm(V, 2)
+        assert err <= vt
+    # the looser far field did less work for the same queries
+    strict = HarmonicField(O, V, 1000.0, True)
+    strict.attention_of_points(y, y, w)
+    assert field.stats["fallback_work"] < strict.stats["fallback_work"]
+
+
+def test_particle_solver_velocity_tol_follows_rtol():
+    """ParticleSolver's velocity_tol: rtol/100 for an adaptive run, never below
+    100 harmonic_tol (so the defaults keep 1e-10), given explicitly, recorded and shown; the
+    field gets it, so a run at rtol 1e-5 does not sum the uniform half's tokens exactly; its
+    velocities stay within it of the direct kernel."""
+    from spherepde.particles import default_velocity_tol
+
+    O, V = matrices(3, "rotation")
+    model = sp.Model(Q=np.eye(3), K=O, V=V, beta=1000.0)
+    assert np.allclose(model.B, O)
+    assert default_velocity_tol(1e-5) == pytest.approx(1e-7)
+    assert default_velocity_tol(1e-9) == FALLBACK_FACTOR * TOL
+    assert default_velocity_tol(1e-9, harmonic_tol=1e-6) == pytest.approx(1e-4)
+    assert sp.ParticleSolver(model).velocity_tol == FALLBACK_FACTOR * TOL
+    assert sp.ParticleSolver(model, scheme="rk4", dt=0.1).velocity_tol == FALLBACK_FACTOR * TOL
+    loose = sp.ParticleSolver(model, kernel="harmonic", rtol=1e-5, atol=1e-7)
+    assert loose.velocity_tol == pytest.approx(1e-7) and "velocity_tol=1e-07" in repr(loose)
+    assert loose._settings()["velocity_tol"] == pytest.approx(1e-7)
+    given = sp.ParticleSolver(model, kernel="harmonic", rtol=1e-5, velocity_tol=1e-9)
+    assert given.velocity_tol == 1e-9
+    assert "velocity_tol" not in sp.ParticleSolver(model, kernel="numba")._settings()
+
+    y, w = half_uniform_half_cap(2000, seed=1)
+    ref = sp.ParticleSolver(model, kernel="numba").velocity(y, w)
+    fallback = []
+    for solver in (loose, sp.ParticleSolver(model, kernel="harmonic")):
+        before = solver._field.stats["fallback"]  # the field is shared (field_for's cache)
+        v = solver.velocity(y, w)
+        assert np.abs(v - ref).max() <= solver.velocity_tol * np.linalg.norm(V, 2)
+        fallback.append(solver._field.stats["fallback"] - before)
+    assert fallback[0] <= 0.02 * y.shape[0] and fallback[1] >= 0.9 * y.shape[0]
+
+    with pytest.raises(ValueError, match="velocity_tol applies to kernel='harmonic'"):
+        sp.ParticleSolver(model, kernel="numba", velocity_tol=1e-6)
+    with pytest.raises(ValueError, match=r"velocity_tol must lie in \(0, 1\)"):
+        sp.ParticleSolver(model, velocity_tol=0.0)

@@ -490,14 +490,12 @@ class CellHarmonic(VelocityOperator):
                  velocity_tol: float | None = None, flux_criterion: bool = True,
                  field_tol: float | None = None):
         from ..interaction.harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, NUFFT_EPS_MIN,
-                                            HarmonicField, PlannedField)
+                                            HarmonicField, PlannedField, check_velocity_tol)
 
         super().__init__(model, mesh.centers, mesh.areas, (), targets)
         if velocity_tol is None:
             velocity_tol = FALLBACK_FACTOR * DEFAULT_TOL
-        velocity_tol = float(velocity_tol)
-        if not 0.0 < velocity_tol < 1.0:
-            raise ValueError(f"velocity_tol must lie in (0, 1); got {velocity_tol}")
+        velocity_tol = check_velocity_tol(velocity_tol)
         # The field is built at least as accurately as the harmonic default, however loose
         # velocity_tol is: a target is summed exactly when (edge density) x (bound) exceeds
         # velocity_tol x (mean density), and the bound is the field's absolute error over the

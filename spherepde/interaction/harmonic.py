@@ -65,9 +65,14 @@ positive measure, the SA output at x is then off by at most
 measure seen by the kernel at x is at least as dense as the uniform one, and growing like
 :math:`\bar G/G(x)` where it is thinner. At low temperature a query can look into a region
 that holds exponentially little mass (:math:`G(x)/\bar G \sim e^{-\kappa\delta^2/2}` at distance
-δ from the support): no double-precision harmonic expansion resolves that. Every evaluation
+δ from the support): no double-precision harmonic expansion resolves that. The transforms
+add a floor of a few ``nufft_eps`` (2.1e-13 at best) times the field's largest value
+(:meth:`HarmonicField._numerical_error`), so on a concentrated measure, whose G peaks at
+10^2-10^3 times its mean, the bound of a query that sees less than the mean mass is that
+floor over its own G whatever tol is: tol moves L, not the bound. Every evaluation
 therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points`
-computes the queries whose bound exceeds ``FALLBACK_FACTOR * tol`` another way: a few (at
+computes the queries whose bound exceeds the accuracy asked of it (``velocity_tol``; by
+default ``FALLBACK_FACTOR * tol``) another way: a few (at
 most :data:`DIRECT_FALLBACK_MAX`) by full sums over the atoms
 (:func:`spherepde.interaction.caps.full_sums`), more by the dual-tree far-field expansion of
 :mod:`spherepde.interaction.farfield`. Late in a low-temperature run nearly every query falls
@@ -107,7 +112,7 @@ from .funk_hecke import circular_multipliers, spherical_multipliers
 from .numerics import LOG_FLOAT_MAX, usa_overflow_error
 
 __all__ = ["HarmonicField", "PlannedField", "Moments", "attention_harmonic", "field_for", "harmonic_is_faster",
-           "DEFAULT_TOL", "FALLBACK_FACTOR"]
+           "DEFAULT_TOL", "FALLBACK_FACTOR", "check_velocity_tol"]
 
 #: Default truncation tolerance: E(L) <= tol · mean of G (module docstring).
 DEFAULT_TOL = 1e-12
@@ -130,6 +135,15 @@ BYTES_PER_DEGREE2 = 256.0
 S1_EXACT_MAX = 1 << 18
 #: The largest number of Chebyshev terms in kappa for a general B.
 MAX_CHEBYSHEV_TERMS = 256
+
+
+def check_velocity_tol(velocity_tol) -> float:
+    """``velocity_tol`` as a float in (0, 1), or a ValueError that says what to pass."""
+    value = float(velocity_tol)
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"velocity_tol must lie in (0, 1) (an accuracy relative to |V|_2); "
+                         f"got {velocity_tol!r}")
+    return value
 
 
 def _physical_memory() -> float:
@@ -720,25 +734,35 @@ class HarmonicField:
         x = np.asarray(x, dtype=np.float64)
         return att - np.sum(att * x, axis=-1, keepdims=True) * x
 
-    def attention_of_points(self, x, points, weights=None) -> np.ndarray:
+    def attention_of_points(self, x, points, weights=None, *,
+                            velocity_tol: float | None = None) -> np.ndarray:
         r"""Attention output at x (m, d) of the measure :math:`\sum_j w_j\delta_{y_j}`.
 
-        Queries whose error bound exceeds ``FALLBACK_FACTOR * tol`` are computed by
-        :meth:`exact_at` (the far-field expansion of :mod:`spherepde.interaction.farfield`,
-        off by at most :math:`\|V\|_2\,\mathrm{tol}`, relative to the query's own scale for
-        USA; at most :data:`DIRECT_FALLBACK_MAX` of them by full sums over the atoms). Weights
-        must be non-negative (as for every kernel). ``stats`` counts the ``queries``, the
-        ``fallback`` queries and the ``fallback_work`` spent on them.
+        Every row is accurate to ``velocity_tol`` relative to :math:`\|V\|_2` (SA; USA:
+        relative to the query's own scale). Queries whose error bound exceeds it are computed
+        by :meth:`exact_at` (the far-field expansion of :mod:`spherepde.interaction.farfield`
+        at tol = ``velocity_tol``; at most :data:`DIRECT_FALLBACK_MAX` of them by full sums
+        over the atoms). None (default): ``FALLBACK_FACTOR * tol`` (1e-10 at the default tol)
+        for the harmonic rows, the field's ``tol`` for the far field. A caller that needs
+        less (a particle solver stepping at rtol 1e-5) passes its own level: on a concentrated
+        cloud the bound is the transforms' error floor over the little kernel mass a query
+        sees, so ``velocity_tol`` and not ``tol`` decides how many queries fall back (module
+        docstring). Weights must be non-negative (as for every kernel). ``stats`` counts the
+        ``queries``, the ``fallback`` queries and the ``fallback_work`` spent on them.
         """
         x = np.asarray(x, dtype=np.float64)
         points = np.asarray(points, dtype=np.float64)
+        if velocity_tol is None:
+            threshold, far_tol = FALLBACK_FACTOR * self.tol, self.tol
+        else:
+            threshold = far_tol = check_velocity_tol(velocity_tol)
         mom = self.moments(points, weights)
         att, bound = self.attention(x, mom, return_bound=True)
-        bad = np.nonzero(~(bound <= FALLBACK_FACTOR * self.tol))[0]
+        bad = np.nonzero(~(bound <= threshold))[0]
         self.stats["queries"] += int(x.shape[0])
         w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
              else np.asarray(weights, dtype=np.float64))
-        return self.exact_at(att, bad, x, points, w, self.tol)
+        return self.exact_at(att, bad, x, points, w, far_tol)
 
     def exact_at(self, att, bad, x, points, weights, tol):
         r"""Replaces the rows ``bad`` of ``att`` (the output at x: (m, d)) by the sums of
