@@ -22,7 +22,8 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
    array or a study checkpoint .npz, and N = 0 takes it as saved), in fresh subprocesses:
    time, peak memory, the far-field fallback against the exact cap sums it replaced on the
    same queries, and the fused numba kernel; ``--velocity-tols`` repeats each at the given
-   accuracies (what a particle run at rtol R asks: R/100).
+   accuracies (what a particle run at rtol R asks: R/100). ``--farfield CLOUD ...``: the far
+   field's split rule with and without its lookahead on each cloud's fallback queries.
 6. ``--tolerances``: the right-hand sides a run of 2048 tokens at beta = 1000 to t = 14 needs
    at rtol 1e-6, 1e-7 and 1e-9, and how far each W2 curve is from the rtol 1e-9 one: what a
    looser tolerance would save the N = 10^6 run; ``--norms max rms`` adds the rms error norm
@@ -32,7 +33,7 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--kernel auto] [--rtol R] [--error-norm rms] [--save-dir DIR]
        [--late [CLOUD ...]] [--n-late 262144 1000000] [--velocity-tols 1e-7]
-       [--tolerances] [--norms max rms]
+       [--farfield CLOUD ...] [--tolerances] [--norms max rms]
        [--n-tol 2048] [--rtols 1e-5 1e-6] [--jacobian] [--json out.json]   (no flag: the first three)
 """
 from __future__ import annotations
@@ -325,11 +326,63 @@ def resample(cloud, n, seed=0, k=5, jitter=0.3):
     return y / np.linalg.norm(y, axis=1, keepdims=True)
 
 
+def load_cloud(path, n=0, seed=1):
+    """A saved cloud: a .npy array or a study checkpoint .npz (its tokens); n > 0 resamples it
+    to n tokens (:func:`resample`), n <= 0 keeps it as saved."""
+    x = np.load(path)
+    x = x["state"] if hasattr(x, "files") else x
+    return x if n <= 0 else resample(x, n, seed=seed)
+
+
+def farfield_rules(cloud, n=0, beta=1000.0, velocity_tol=1e-7, repeat=2):
+    """The far field's split rule with and without its one-level lookahead
+    (``farfield.LOOKAHEAD``), alternated `repeat` times on the same fallback queries of one
+    right-hand side of `cloud` (:func:`load_cloud`): seconds, expansion and exact terms, and
+    the largest difference of the SA means a/s."""
+    import spherepde.interaction.farfield as ff
+    from spherepde.interaction.harmonic import _directions, field_for
+
+    x = load_cloud(cloud, n)
+    w = np.full(x.shape[0], 1.0 / x.shape[0])
+    model = build_model(DEFAULT, beta)
+    field = field_for(model.B, model.V, model.beta, model.normalized)
+    _, bound = field.attention(x, field.moments(x, w), return_bound=True)
+    bad = np.nonzero(~(bound <= velocity_tol))[0]
+    nx, kap = np.empty((bad.size, 3)), np.empty(bad.size)
+    _directions(np.ascontiguousarray(x[bad]), field.B, field.beta, nx, kap)
+    q = kap[:, None] * nx
+    far = ff.FarField(x, w)
+    far.sums(q[:1000], velocity_tol)  # compile
+    saved, rows, means = ff.LOOKAHEAD, [], {}
+    try:
+        for _ in range(repeat):
+            for lookahead in (False, True):
+                ff.LOOKAHEAD = lookahead
+                t = time.perf_counter()
+                s, a, _, st = far.sums(q, velocity_tol)
+                rows.append(dict(lookahead=lookahead, seconds=time.perf_counter() - t,
+                                 expansion_terms=st["expansion_terms"],
+                                 direct_terms=st["direct_terms"]))
+                means[lookahead] = a / s[:, None]
+    finally:
+        ff.LOOKAHEAD = saved
+    sec = {k: float(np.median([r["seconds"] for r in rows if r["lookahead"] == k]))
+           for k in (False, True)}
+    out = dict(cloud=cloud, n=int(x.shape[0]), fallback=int(bad.size), rows=rows,
+               ratio=sec[False] / sec[True],
+               max_diff=float(np.abs(means[True] - means[False]).max()))
+    print(f"[farfield] {cloud} N = {out['n']}, {bad.size} fallback queries at velocity_tol "
+          f"{velocity_tol:g}: without lookahead {sec[False]:.2f} s, with {sec[True]:.2f} s "
+          f"({out['ratio']:.2f}x); expansion terms {rows[0]['expansion_terms']:.3g} -> "
+          f"{rows[1]['expansion_terms']:.3g}; means differ by {out['max_diff']:.1e}", flush=True)
+    return out
+
+
 _LATE = r"""
 import json, os, sys, time, numpy as np
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {bench!r})
-from harmonic import resample, tokens
+from harmonic import load_cloud, tokens
 from spherepde.app.config import DEFAULT
 from spherepde.app.scenario import build_model
 from spherepde.interaction.harmonic import FALLBACK_FACTOR, field_for, _directions
@@ -337,12 +390,7 @@ from spherepde.interaction.caps import CapSums
 from spherepde.interaction.farfield import FarField
 model = build_model(DEFAULT, {beta})
 n = {n}
-if {cloud!r} is None:
-    x = tokens(n)
-else:
-    x = np.load({cloud!r})
-    x = x["state"] if hasattr(x, "files") else x  # a study checkpoint (.npz) or a cloud
-    x = x if n <= 0 else resample(x, n, seed=1)  # n <= 0: the cloud as saved
+x = tokens(n) if {cloud!r} is None else load_cloud({cloud!r}, n)
 n = x.shape[0]
 vt = {velocity_tol!r}
 w = np.full(n, 1.0 / n)
@@ -439,6 +487,9 @@ def main(argv=None):
     p.add_argument("--velocity-tols", type=float, nargs="+", default=None,
                    help="--late: the accuracies asked of the evaluation (default: the field's "
                         "100 tol only)")
+    p.add_argument("--farfield", nargs="+", default=None, metavar="CLOUD",
+                   help="the far field with and without its lookahead on each cloud's fallback "
+                        "queries (--n-late's first N, 0: as saved; --velocity-tols' first)")
     p.add_argument("--tolerances", action="store_true",
                    help="right-hand sides to t = 14 and the W2 curve's change at rtol 1e-6/7/9")
     p.add_argument("--norms", nargs="+", default=["max"], choices=["max", "rms"],
@@ -454,7 +505,7 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if not (a.ratio or a.big or a.crossover or a.full_run or a.tolerances or a.jacobian
-            or a.late is not None):
+            or a.farfield or a.late is not None):
         a.ratio = a.big = a.crossover = True
     print(f"machine: {os.cpu_count()} CPUs (shared with other jobs: compare ratios, not times)")
     out = {}
@@ -467,6 +518,9 @@ def main(argv=None):
     if a.full_run:
         out["full_run"] = full_run(n=a.n_full, kernel=a.kernel, save_dir=a.save_dir,
                                    rtol=a.rtol, error_norm=a.error_norm)
+    if a.farfield:
+        vt = 1e-7 if a.velocity_tols is None else a.velocity_tols[0]
+        out["farfield"] = [farfield_rules(c, n=a.n_late[0], velocity_tol=vt) for c in a.farfield]
     if a.tolerances:
         out["tolerances"] = tolerances(n=a.n_tol, rtols=tuple(a.rtols), norms=tuple(a.norms))
     if a.jacobian:

@@ -214,3 +214,25 @@ def test_far_field_drops_light_nodes_within_its_bound(tol):
     err = np.abs(a / s[:, None] - ref).max()
     assert err <= max(tol, 100 * TOL), err
     assert stats["pairs_dropped"] > 0
+
+
+def test_lookahead_splits_pairs_whose_children_are_cheaper(monkeypatch):
+    """A thin great circle (20000 atoms) with queries looking away, at tol 1e-7: one level of
+    lookahead splits expansions whose two child pairs cost less, so the expansions shrink
+    (their set sizes fall faster than the pairs multiply) and the modelled work with them;
+    the sums stay within their bound either way."""
+    import spherepde.interaction.farfield as ff
+
+    rng = np.random.default_rng(1003)
+    y, w = cloud("circle", 3, 20000, rng)
+    q = 1000.0 * y @ rotation(3, rng)
+    ref = attention_numba(q, y, y, w, 1.0, True)
+    work = {}
+    for lookahead in (False, True):
+        monkeypatch.setattr(ff, "LOOKAHEAD", lookahead)
+        s, a, _, st = FarField(y, w).sums(q, 1e-7)
+        assert np.abs(a / s[:, None] - ref).max() <= 1e-7
+        work[lookahead] = (st["expansion_terms"],
+                           st["direct_terms"] + ff.COST_TERM * st["expansion_terms"])
+    assert work[True][0] < 0.95 * work[False][0]
+    assert work[True][1] < 0.95 * work[False][1]

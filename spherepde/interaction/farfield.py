@@ -64,8 +64,11 @@ carried as :math:`(e^{T_i}, s_i e^{-T_i}, a_i e^{-T_i})` with a running log-shif
 
 Cost. A pair is expanded when :math:`\max_k u_k \le` :data:`U_MAX`, its set
 :math:`S \cup (S + e_k)` has at most :data:`MAX_SET` rows and the expansion is cheaper than
-the direct sum; otherwise it is summed directly (leaves, small pairs) or the node with more
-points is split. The direct pairs of a query node are merged into runs of consecutive atoms
+the direct sum, and splitting it is not cheaper: the split's cost is estimated one level
+down, each of the two child pairs at the cheaper of its own expansion and its direct sum (0
+if dropped). A large set alone does not decide it: the children's sets are smaller by a
+factor that depends on tol and on the cloud. Otherwise the pair is summed directly (leaves,
+small pairs) or the node with more points is split. The direct pairs of a query node are merged into runs of consecutive atoms
 (a subtree's atoms are contiguous in tree order), each summed in one vectorized pass. For two
 clusters of radius r the cost is about :math:`N\,|S|\,(1 + \beta r^2/U_{\max})` instead of
 :math:`N^2/2`; tails along a curve cost more (every piece of a query curve meets every piece
@@ -103,6 +106,9 @@ LOWER_BOUND_VISITS = 24
 SHARED_BOUND_RADIUS = 1.0
 #: Pairs whose index set S+ would be larger are split rather than expanded.
 MAX_SET = 256
+#: An expandable pair is split instead when its two child pairs, each at its cheapest, cost
+#: less (one level of lookahead); False restores the rule by MAX_SET alone (benchmarks).
+LOOKAHEAD = True
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
 MAX_TERMS = 4096
 #: Atoms or queries per block of the expansion's vectorized loops.
@@ -702,8 +708,58 @@ GRID = 92
 
 
 @njit(cache=True)
+def _set_sizes(u, j, sizes, eps, alpha, lookup):
+    """(|S|, |S+|, largest degree) of the index set of u, remembered on the grid j of u
+    (``sizes``: -2 until computed; |S| = -1 when u needs more than MAX_DEGREE)."""
+    ns = sizes[j[0], j[1], j[2], 0]
+    if ns == -2:  # not known yet
+        ns, nt, lt = _index_set(u, eps, alpha, lookup, 1)
+        if ns > 0:
+            _clear(alpha, nt, lookup)
+        sizes[j[0], j[1], j[2], 0], sizes[j[0], j[1], j[2], 1] = ns, nt
+        sizes[j[0], j[1], j[2], 2] = lt
+        return ns, nt, lt
+    return ns, sizes[j[0], j[1], j[2], 1], sizes[j[0], j[1], j[2], 2]
+
+
+@njit(cache=True)
+def _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop, log_leaf):
+    """Whether the pair's largest possible term is below the drop threshold (_traverse)."""
+    rq = math.sqrt(qext[Q, 0] ** 2 + qext[Q, 1] ** 2 + qext[Q, 2] ** 2)
+    ra = math.sqrt(aext[P, 0] ** 2 + aext[P, 1] ** 2 + aext[P, 2] ** 2)
+    cn = math.sqrt(_dot3(acen[P], acen[P]))
+    hi = min(_upper(qcen[Q], acen[P], afr[P], aext[P]) + rq * (cn + ra), qmax[Q])
+    return hi < qlam[Q] + max(log_drop, log_leaf - alogW[P])
+
+
+@njit(cache=True)
+def _expansion_cost(nq, na, ns, nt, cost_term):
+    """An expansion's cost in units of one exact term: the moments (na atoms x |S+|) and the
+    sums at the queries (nq x |S| with the three first-moment rows), each point with its
+    powers."""
+    return cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0))
+
+
+@njit(cache=True)
+def _cheapest(Q, P, qlo, qhi, qcen, qfr, qext, qlam, qmax, alo, ahi, acen, afr, aext, alogW,
+              log_drop, log_leaf, eps, u_max, cost_term, max_set, sizes, alpha, lookup, u):
+    """The cost of a pair done at once: 0 when dropped, else the cheaper of its expansion
+    (where one is allowed) and its direct sum."""
+    if _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop, log_leaf):
+        return 0.0
+    nq, na = qhi[Q] - qlo[Q], ahi[P] - alo[P]
+    cost = float(nq) * na
+    j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
+    if max(u[0], max(u[1], u[2])) <= u_max:
+        ns, nt, _ = _set_sizes(u, j, sizes, eps, alpha, lookup)
+        if ns > 0 and nt <= max_set:
+            cost = min(cost, _expansion_cost(nq, na, ns, nt, cost_term))
+    return cost
+
+
+@njit(cache=True)
 def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, acen, afr,
-              aext, alogW, log_drop, log_leaf, eps, u_max, cost_term, max_set):
+              aext, alogW, log_drop, log_leaf, eps, u_max, cost_term, max_set, lookahead):
     """The dual-tree walk from (root, root): each pair of nodes is dropped, expanded, summed
     directly or split (module docstring). A pair is dropped when its largest possible term
     e^hi, times the atom node's weight W_A, is at most D/2 e^{lambda_Q} max(W_A/|w|, 1/K)
@@ -714,6 +770,7 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
     u = np.empty(3)
     # the index-set sizes (|S|, |S+|) of each u on the grid, -2 until computed
     sizes = np.full((GRID, GRID, GRID, 3), -2, np.int32)
+    u2 = np.empty(3)
     stack = np.empty((256, 2), np.int64)
     stack[0, 0], stack[0, 1] = 0, 0
     top = 1
@@ -724,34 +781,44 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
         top -= 1
         Q, P = stack[top, 0], stack[top, 1]
         nq, na = qhi[Q] - qlo[Q], ahi[P] - alo[P]
-        rq = math.sqrt(qext[Q, 0] ** 2 + qext[Q, 1] ** 2 + qext[Q, 2] ** 2)
-        ra = math.sqrt(aext[P, 0] ** 2 + aext[P, 1] ** 2 + aext[P, 2] ** 2)
-        cn = math.sqrt(_dot3(acen[P], acen[P]))
-        hi = min(_upper(qcen[Q], acen[P], afr[P], aext[P]) + rq * (cn + ra), qmax[Q])
-        if hi < qlam[Q] + max(log_drop, log_leaf - alogW[P]):
+        if _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop,
+                       log_leaf):
             dropped += 1
             continue
         j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
         direct_cost = float(nq) * na
+        qleaf, aleaf = qchild[Q] < 0, achild[P] < 0
+        # the node a split divides: the one with more points (a leaf is never split);
+        # splitting the wider one instead was measured 1.5-1.8x slower on late clouds
+        split_q = not qleaf and (aleaf or nq > na)
         if max(u[0], max(u[1], u[2])) <= u_max:
-            ns, nt, lt = sizes[j[0], j[1], j[2], 0], sizes[j[0], j[1], j[2], 1], \
-                sizes[j[0], j[1], j[2], 2]
-            if ns == -2:  # not known yet
-                ns, nt, lt = _index_set(u, eps, alpha, lookup, 1)
-                if ns > 0:
-                    _clear(alpha, nt, lookup)
-                sizes[j[0], j[1], j[2], 0], sizes[j[0], j[1], j[2], 1] = ns, nt
-                sizes[j[0], j[1], j[2], 2] = lt
-            if ns > 0:
-                # a large index set means a large pair: its children's sets are much smaller
-                if nt <= max_set and cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0)) \
-                        <= direct_cost:
+            ns, nt, lt = _set_sizes(u, j, sizes, eps, alpha, lookup)
+            if ns > 0 and nt <= max_set:
+                cost = _expansion_cost(nq, na, ns, nt, cost_term)
+                if cost <= direct_cost and lookahead and not (qleaf and aleaf):
+                    # a large index set means a large pair: its children's sets may be so
+                    # much smaller that the split (each child pair at its cheapest) costs
+                    # less, which depends on tol and on the cloud, not on |S+| alone
+                    split = 0.0
+                    for h in range(2):
+                        if split_q:
+                            split += _cheapest(qchild[Q] + h, P, qlo, qhi, qcen, qfr, qext,
+                                               qlam, qmax, alo, ahi, acen, afr, aext, alogW,
+                                               log_drop, log_leaf, eps, u_max, cost_term,
+                                               max_set, sizes, alpha, lookup, u2)
+                        else:
+                            split += _cheapest(Q, achild[P] + h, qlo, qhi, qcen, qfr, qext,
+                                               qlam, qmax, alo, ahi, acen, afr, aext, alogW,
+                                               log_drop, log_leaf, eps, u_max, cost_term,
+                                               max_set, sizes, alpha, lookup, u2)
+                    if split < cost:
+                        cost = direct_cost + 1.0  # split below
+                if cost <= direct_cost:
                     if ne == exp_pairs.shape[0]:
                         exp_pairs = np.concatenate((exp_pairs, np.empty_like(exp_pairs)))
                     exp_pairs[ne, 0], exp_pairs[ne, 1], exp_pairs[ne, 2] = Q, P, lt
                     ne += 1
                     continue
-        qleaf, aleaf = qchild[Q] < 0, achild[P] < 0
         if (qleaf and aleaf) or direct_cost <= 4096.0:
             if nd == dir_pairs.shape[0]:
                 dir_pairs = np.concatenate((dir_pairs, np.zeros_like(dir_pairs)))
@@ -760,9 +827,7 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
             continue
         if top + 2 > stack.shape[0]:
             stack = np.concatenate((stack, np.empty_like(stack)))
-        # split the node with more points (a leaf is never split); splitting the wider one
-        # instead was measured 1.5-1.8x slower on late clouds
-        if aleaf or (not qleaf and nq > na):
+        if split_q:
             c = qchild[Q]
             stack[top, 0], stack[top, 1] = c, P
             stack[top + 1, 0], stack[top + 1, 1] = c + 1, P
@@ -1006,7 +1071,7 @@ class FarField:
             self._cen, self._fr, self._ext, self._logW,
             math.log(0.5 * DROP_SHARE * tol / self.mass),
             math.log(0.5 * DROP_SHARE * tol / self._leaves), EXPANSION_SHARE * tol, U_MAX,
-            COST_TERM, MAX_SET)
+            COST_TERM, MAX_SET, LOOKAHEAD)
         run_q, run_lo, run_hi, run_start, run_nodes = _runs(dir_pairs, self._lo, self._hi)
         runs = np.stack((run_lo, run_hi), axis=1)
         # a direct entry is (query node, run, 0)
