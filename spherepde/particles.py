@@ -200,8 +200,9 @@ class _KernelChooser:
     in use is dropped as soon as its time exceeds MARGIN times the other one's last time, and
     the other one is tried again after PROBE evaluations, an interval that doubles each time
     a trial confirms the current choice (a trial wins only by the same margin, against noise),
-    so a losing kernel costs O(log(steps)) evaluations. Both kernels agree to the harmonic tolerance (about 100 tol relative), far below the
-    step tolerance, so the choice changes the trajectory only at that level.
+    so a losing kernel costs O(log(steps)) evaluations. Both kernels agree to the solver's
+    velocity_tol (rtol/100 or tighter), below the step tolerance, so the choice changes the
+    trajectory only at that level.
 
     A trial of the fused kernel while the harmonic one is in use times it on SAMPLE_QUERIES
     evenly strided queries against all N keys and scales by N/SAMPLE_QUERIES (its cost is one
@@ -325,10 +326,9 @@ class ParticleSolver:
     harmonic_tol : float, optional
         Truncation tolerance of the harmonic kernel (default
         :data:`spherepde.interaction.harmonic.DEFAULT_TOL` = 1e-12): L is the smallest degree
-        whose multiplier tail is below tol times the mean of the kernel, and the SA velocity
-        is then accurate to about 100 tol relative to :math:`\|V\|_2`
+        whose multiplier tail is below tol times the mean of the kernel
         (:class:`spherepde.interaction.harmonic.HarmonicField`). A larger tol means a smaller
-        L, fewer fallback queries and smaller caps. Only for ``kernel="harmonic"`` or
+        L; the velocities' accuracy is ``velocity_tol``. Only for ``kernel="harmonic"`` or
         ``"auto"`` (where "auto" picks harmonic).
     velocity_tol : float, optional
         The accuracy asked of the harmonic kernel's velocities, relative to
