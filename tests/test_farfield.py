@@ -109,7 +109,7 @@ def test_query_lower_bounds_are_bounds_and_shared_within_tight_leaves(kind):
     q = 1000.0 * q @ rotation(3, rng).T
     qidx, qlo, qhi, qchild, *_ = ff._build(q, ff.LEAF_SIZE)
     qs = np.ascontiguousarray(q[qidx])
-    far = FarField(y, w)
+    far = FarField(y, w).build()
     lam = np.empty(len(qs))
     ff._lower_bounds(qs, qlo, qhi, qchild, far._y, far._logw, float(far._logw.max()), far._lo,
                      far._hi, far._child, far._cen, far._fr, far._ext, far._logW,

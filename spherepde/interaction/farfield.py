@@ -77,6 +77,7 @@ of the atom curve inside its kernel's cap). Measured in docs/methods.md.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import get_num_threads, njit, prange
@@ -116,6 +117,36 @@ BLOCK = 256
 #: Atoms or queries per parallel piece of a large pair; query subtrees of at most this many
 #: queries are the parallel tasks of the small pairs.
 CHUNK = 4096
+
+
+#: Query subtrees per thread whose walks (:func:`_traverse`) run side by side.
+WALKS_PER_THREAD = 4
+
+_POOL = {"pool": None, "workers": 0}
+
+
+def _pool(workers):
+    """A thread pool for the GIL-free numba functions (the tree builds and the walks): the
+    parallel loops elsewhere are numba's own, these are serial functions run side by
+    side."""
+    if _POOL["workers"] < workers:
+        if _POOL["pool"] is not None:
+            _POOL["pool"].shutdown(wait=True)
+        _POOL["pool"], _POOL["workers"] = ThreadPoolExecutor(workers), workers
+    return _POOL["pool"]
+
+
+def _query_cut(lo, hi, child, parts):
+    """Query nodes that partition the queries into about ``parts`` subtrees: the node with
+    the most queries is replaced by its children until there are ``parts`` (or only leaves)."""
+    nodes = [0]
+    while len(nodes) < parts:
+        k = max(range(len(nodes)), key=lambda i: hi[nodes[i]] - lo[nodes[i]])
+        c = child[nodes[k]]
+        if c < 0:
+            break
+        nodes[k:k + 1] = [c, c + 1]
+    return nodes
 
 
 # ------------------------------------------------------------------------------ the tree
@@ -218,7 +249,7 @@ def _grow(lo, hi, child, center, frame, ext):
     return lo2, hi2, child2, c2, f2, e2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _build(p, leaf):
     """A binary tree over the points p (n, 3). Returns idx (the points in tree order), and per
     node: lo, hi (its range in idx), child (first child; -1 for a leaf, the second child is
@@ -757,10 +788,11 @@ def _cheapest(Q, P, qlo, qhi, qcen, qfr, qext, qlam, qmax, alo, ahi, acen, afr, 
     return cost
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, acen, afr,
-              aext, alogW, log_drop, log_leaf, eps, u_max, cost_term, max_set, lookahead):
-    """The dual-tree walk from (root, root): each pair of nodes is dropped, expanded, summed
+              aext, alogW, log_drop, log_leaf, eps, u_max, cost_term, max_set, lookahead,
+              start=0):
+    """The dual-tree walk from (query node ``start``, root): each pair of nodes is dropped, expanded, summed
     directly or split (module docstring). A pair is dropped when its largest possible term
     e^hi, times the atom node's weight W_A, is at most D/2 e^{lambda_Q} max(W_A/|w|, 1/K)
     (log_drop = log(D/(2|w|)), log_leaf = log(D/(2K)), K the atom tree's leaves). Returns
@@ -772,7 +804,7 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
     sizes = np.full((GRID, GRID, GRID, 3), -2, np.int32)
     u2 = np.empty(3)
     stack = np.empty((256, 2), np.int64)
-    stack[0, 0], stack[0, 1] = 0, 0
+    stack[0, 0], stack[0, 1] = start, 0
     top = 1
     exp_pairs = np.empty((64, 3), np.int64)  # Q, A, log2 theta
     dir_pairs = np.zeros((64, 3), np.int64)
@@ -1014,20 +1046,58 @@ class FarField:
         y, w = positive_atoms(points, weights, "far-field sums")
         self.d = y.shape[1]
         self.mass = float(w.sum())
-        y3 = _as3(y)
-        idx, self._lo, self._hi, self._child, self._cen, self._fr, self._ext = \
-            _build(y3, LEAF_SIZE)
+        # the tree is built at the first sums(), beside the queries' tree where there are
+        # threads for both
+        self._raw = (_as3(y), w)
+        self._n = y.shape[0]
+
+    def _set_tree(self, tree):
+        y3, w = self._raw
+        idx, self._lo, self._hi, self._child, self._cen, self._fr, self._ext = tree
         self._y = np.ascontiguousarray(y3[idx])
         self._w = np.ascontiguousarray(w[idx])
         self._logw = np.log(self._w)
         self._yT = np.ascontiguousarray(self._y.T)
         self._logW = _node_logsum(self._lo, self._hi, self._child, self._logw)
         self._leaves = int(np.count_nonzero(self._child < 0))
+        self._raw = None
+
+    def build(self) -> "FarField":
+        """Build the atoms' tree now (:meth:`sums` does it when needed); returns self."""
+        if self._raw is not None:
+            self._set_tree(_build(self._raw[0], LEAF_SIZE))
+        return self
+
+    def _trees(self, q3, threads):
+        """The queries' tree, and the atoms' tree if not built yet (side by side)."""
+        if self._raw is None or threads < 2:
+            self.build()
+            return _build(q3, LEAF_SIZE)
+        atoms = _pool(threads).submit(_build, self._raw[0], LEAF_SIZE)
+        qtree = _build(q3, LEAF_SIZE)
+        self._set_tree(atoms.result())
+        return qtree
+
+    def _walk(self, qtree, qlam, qmax, tol, threads):
+        """The pairs of :func:`_traverse`; with threads, the walks from query subtrees (about
+        WALKS_PER_THREAD per thread) side by side, their pairs concatenated."""
+        qlo, qhi, qchild, qcen, qfr, qext = qtree
+        args = (qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, self._lo, self._hi, self._child,
+                self._cen, self._fr, self._ext, self._logW,
+                math.log(0.5 * DROP_SHARE * tol / self.mass),
+                math.log(0.5 * DROP_SHARE * tol / self._leaves), EXPANSION_SHARE * tol, U_MAX,
+                COST_TERM, MAX_SET, LOOKAHEAD)
+        starts = [0] if threads < 2 else _query_cut(qlo, qhi, qchild, WALKS_PER_THREAD * threads)
+        if len(starts) == 1:
+            return _traverse(*args)
+        parts = list(_pool(threads).map(lambda Q: _traverse(*args, Q), starts))
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                sum(p[2] for p in parts))
 
     @property
     def n(self) -> int:
         """Atoms of positive weight."""
-        return self._y.shape[0]
+        return self._n
 
     def sums(self, q, tol: float):
         r"""Normalizer and first moment at the queries, each to 0.45 tol of the normalizer.
@@ -1058,7 +1128,8 @@ class FarField:
         if m == 0 or self.n == 0:
             return np.zeros(m), np.zeros((m, self.d)), np.zeros(m), stats
         q3 = _as3(q)
-        qidx, qlo, qhi, qchild, qcen, qfr, qext = _build(q3, LEAF_SIZE)
+        threads = get_num_threads()
+        qidx, qlo, qhi, qchild, qcen, qfr, qext = self._trees(q3, threads)
         qs = np.ascontiguousarray(q3[qidx])
         lam = np.empty(m)
         _lower_bounds(qs, qlo, qhi, qchild, self._y, self._logw, float(self._logw.max()),
@@ -1066,12 +1137,8 @@ class FarField:
                       self._logW, LOWER_BOUND_VISITS, SHARED_BOUND_RADIUS, lam)
         qlam = _node_min(qlo, qhi, qchild, lam)
         qmax = _node_max_norm(qlo, qhi, qchild, qs)
-        exp_pairs, dir_pairs, dropped = _traverse(
-            qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, self._lo, self._hi, self._child,
-            self._cen, self._fr, self._ext, self._logW,
-            math.log(0.5 * DROP_SHARE * tol / self.mass),
-            math.log(0.5 * DROP_SHARE * tol / self._leaves), EXPANSION_SHARE * tol, U_MAX,
-            COST_TERM, MAX_SET, LOOKAHEAD)
+        exp_pairs, dir_pairs, dropped = self._walk((qlo, qhi, qchild, qcen, qfr, qext), qlam,
+                                                   qmax, tol, threads)
         run_q, run_lo, run_hi, run_start, run_nodes = _runs(dir_pairs, self._lo, self._hi)
         runs = np.stack((run_lo, run_hi), axis=1)
         # a direct entry is (query node, run, 0)
