@@ -527,8 +527,9 @@ def main(argv=None):
         out["jacobian"] = jacobian_spectrum()
     if a.late is not None:
         vts = [None] if a.velocity_tols is None else a.velocity_tols
+        # the initial cloud is drawn at each N > 0 (N = 0 means a saved cloud as it is)
         out["late"] = [late(n=n, cloud=c, velocity_tol=vt) for c in [None] + a.late
-                       for n in a.n_late for vt in vts]
+                       for n in a.n_late for vt in vts if c is not None or n > 0]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
