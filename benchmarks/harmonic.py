@@ -334,23 +334,32 @@ def load_cloud(path, n=0, seed=1):
     return x if n <= 0 else resample(x, n, seed=seed)
 
 
+def fallback_queries(field, x, w, threshold, mom=None):
+    """The tokens of x (also the atoms, weights w) whose harmonic bound exceeds `threshold`,
+    and their far-field query vectors kappa n(x): (indices, (m, 3))."""
+    from spherepde.interaction.harmonic import _directions
+
+    mom = field.moments(x, w) if mom is None else mom
+    _, bound = field.attention(x, mom, return_bound=True)
+    bad = np.nonzero(~(bound <= threshold))[0]
+    nx, kap = np.empty((bad.size, 3)), np.empty(bad.size)
+    _directions(np.ascontiguousarray(x[bad]), field.B, field.beta, nx, kap)
+    return bad, kap[:, None] * nx
+
+
 def farfield_rules(cloud, n=0, beta=1000.0, velocity_tol=1e-7, repeat=2):
     """The far field's split rule with and without its one-level lookahead
     (``farfield.LOOKAHEAD``), alternated `repeat` times on the same fallback queries of one
     right-hand side of `cloud` (:func:`load_cloud`): seconds, expansion and exact terms, and
     the largest difference of the SA means a/s."""
     import spherepde.interaction.farfield as ff
-    from spherepde.interaction.harmonic import _directions, field_for
+    from spherepde.interaction.harmonic import field_for
 
     x = load_cloud(cloud, n)
     w = np.full(x.shape[0], 1.0 / x.shape[0])
     model = build_model(DEFAULT, beta)
     field = field_for(model.B, model.V, model.beta, model.normalized)
-    _, bound = field.attention(x, field.moments(x, w), return_bound=True)
-    bad = np.nonzero(~(bound <= velocity_tol))[0]
-    nx, kap = np.empty((bad.size, 3)), np.empty(bad.size)
-    _directions(np.ascontiguousarray(x[bad]), field.B, field.beta, nx, kap)
-    q = kap[:, None] * nx
+    bad, q = fallback_queries(field, x, w, velocity_tol)
     far = ff.FarField(x, w)
     far.sums(q[:1000], velocity_tol)  # compile
     saved, rows, means = ff.LOOKAHEAD, [], {}

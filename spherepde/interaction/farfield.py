@@ -764,11 +764,18 @@ def _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop, 
 
 
 @njit(cache=True)
-def _expansion_cost(nq, na, ns, nt, cost_term):
-    """An expansion's cost in units of one exact term: the moments (na atoms x |S+|) and the
-    sums at the queries (nq x |S| with the three first-moment rows), each point with its
-    powers."""
-    return cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0))
+def _expansion(Q, P, nq, na, qfr, qext, afr, aext, eps, u_max, cost_term, max_set, sizes,
+               alpha, lookup, u):
+    """(cost, largest degree) of the pair's expansion, the cost in units of one exact term:
+    the moments (na atoms x |S+|) and the sums at the queries (nq x |S| with the three
+    first-moment rows), each point with its powers. The cost is inf where no expansion is
+    allowed (some u_k above u_max, a set beyond MAX_DEGREE or above max_set rows)."""
+    j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
+    if max(u[0], max(u[1], u[2])) <= u_max:
+        ns, nt, lt = _set_sizes(u, j, sizes, eps, alpha, lookup)
+        if ns > 0 and nt <= max_set:
+            return cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0)), lt
+    return np.inf, 0
 
 
 @njit(cache=True)
@@ -779,13 +786,9 @@ def _cheapest(Q, P, qlo, qhi, qcen, qfr, qext, qlam, qmax, alo, ahi, acen, afr, 
     if _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop, log_leaf):
         return 0.0
     nq, na = qhi[Q] - qlo[Q], ahi[P] - alo[P]
-    cost = float(nq) * na
-    j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
-    if max(u[0], max(u[1], u[2])) <= u_max:
-        ns, nt, _ = _set_sizes(u, j, sizes, eps, alpha, lookup)
-        if ns > 0 and nt <= max_set:
-            cost = min(cost, _expansion_cost(nq, na, ns, nt, cost_term))
-    return cost
+    cost, _ = _expansion(Q, P, nq, na, qfr, qext, afr, aext, eps, u_max, cost_term, max_set,
+                         sizes, alpha, lookup, u)
+    return min(cost, float(nq) * na)
 
 
 @njit(cache=True, nogil=True)
@@ -817,40 +820,31 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
                        log_leaf):
             dropped += 1
             continue
-        j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
         direct_cost = float(nq) * na
         qleaf, aleaf = qchild[Q] < 0, achild[P] < 0
         # the node a split divides: the one with more points (a leaf is never split);
         # splitting the wider one instead was measured 1.5-1.8x slower on late clouds
         split_q = not qleaf and (aleaf or nq > na)
-        if max(u[0], max(u[1], u[2])) <= u_max:
-            ns, nt, lt = _set_sizes(u, j, sizes, eps, alpha, lookup)
-            if ns > 0 and nt <= max_set:
-                cost = _expansion_cost(nq, na, ns, nt, cost_term)
-                if cost <= direct_cost and lookahead and not (qleaf and aleaf):
-                    # a large index set means a large pair: its children's sets may be so
-                    # much smaller that the split (each child pair at its cheapest) costs
-                    # less, which depends on tol and on the cloud, not on |S+| alone
-                    split = 0.0
-                    for h in range(2):
-                        if split_q:
-                            split += _cheapest(qchild[Q] + h, P, qlo, qhi, qcen, qfr, qext,
-                                               qlam, qmax, alo, ahi, acen, afr, aext, alogW,
-                                               log_drop, log_leaf, eps, u_max, cost_term,
-                                               max_set, sizes, alpha, lookup, u2)
-                        else:
-                            split += _cheapest(Q, achild[P] + h, qlo, qhi, qcen, qfr, qext,
-                                               qlam, qmax, alo, ahi, acen, afr, aext, alogW,
-                                               log_drop, log_leaf, eps, u_max, cost_term,
-                                               max_set, sizes, alpha, lookup, u2)
-                    if split < cost:
-                        cost = direct_cost + 1.0  # split below
-                if cost <= direct_cost:
-                    if ne == exp_pairs.shape[0]:
-                        exp_pairs = np.concatenate((exp_pairs, np.empty_like(exp_pairs)))
-                    exp_pairs[ne, 0], exp_pairs[ne, 1], exp_pairs[ne, 2] = Q, P, lt
-                    ne += 1
-                    continue
+        cost, lt = _expansion(Q, P, nq, na, qfr, qext, afr, aext, eps, u_max, cost_term,
+                              max_set, sizes, alpha, lookup, u)
+        expand = cost <= direct_cost
+        if expand and lookahead and not (qleaf and aleaf):
+            # a large index set means a large pair: its children's sets may be so much
+            # smaller that the split (each child pair at its cheapest) costs less, which
+            # depends on tol and on the cloud, not on |S+| alone
+            split = 0.0
+            for h in range(2):
+                cq, cp = (qchild[Q] + h, P) if split_q else (Q, achild[P] + h)
+                split += _cheapest(cq, cp, qlo, qhi, qcen, qfr, qext, qlam, qmax, alo, ahi,
+                                   acen, afr, aext, alogW, log_drop, log_leaf, eps, u_max,
+                                   cost_term, max_set, sizes, alpha, lookup, u2)
+            expand = split >= cost
+        if expand:
+            if ne == exp_pairs.shape[0]:
+                exp_pairs = np.concatenate((exp_pairs, np.empty_like(exp_pairs)))
+            exp_pairs[ne, 0], exp_pairs[ne, 1], exp_pairs[ne, 2] = Q, P, lt
+            ne += 1
+            continue
         if (qleaf and aleaf) or direct_cost <= 4096.0:
             if nd == dir_pairs.shape[0]:
                 dir_pairs = np.concatenate((dir_pairs, np.zeros_like(dir_pairs)))
