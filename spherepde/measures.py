@@ -18,6 +18,7 @@ from .sphere import (
     hemisphere_quadrature,
     log_sphere_area,
     normalize,
+    rotation_to_pole,
 )
 
 __all__ = [
@@ -31,7 +32,18 @@ __all__ = [
     "ACG",
     "CallableDensity",
     "as_measure",
+    "ThetaMarginal",
+    "log_bessel_i",
+    "ZONAL_TAIL_LOG",
 ]
+
+#: The theta-rules of :meth:`Measure.quadrature` leave out the tails where the theta-density is
+#: below exp(-ZONAL_TAIL_LOG) times its maximum: their mass is < pi max(f) e^{-45}, 1e-19
+#: relative to a density of height 1, far below the rules' own error.
+ZONAL_TAIL_LOG = 45.0
+#: A measure counts as zonal about an axis when its defining directions are parallel to it to
+#: within this (a unit vector built from rounded input is off by ~1e-16).
+ZONAL_ATOL = 1e-12
 
 #: Tolerance on |sum(weights) - 1| for a probability measure.
 WEIGHT_SUM_ATOL = 1e-9
@@ -225,6 +237,141 @@ class Measure:
                              "lattice; use more points or sample(n, seed)")
         return PointCloud(x, w / w.sum())
 
+    # ------------------------------------------------------------------ zonal structure
+    def log_density(self, x) -> np.ndarray:
+        """log of :meth:`density` (``-inf`` where it vanishes), x: (..., d) -> (...)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.density(x))
+
+    def default_axis(self):
+        """The measure's own symmetry axis (a unit (d,) vector), or None when it has none."""
+        return None
+
+    def zonal_obstruction(self, axis) -> str | None:
+        """Why this measure is not invariant under the rotations of S^{d-1} fixing ``axis``,
+        or None when it is. Subclasses that know their symmetry override it."""
+        return (f"{type(self).__name__} carries no symmetry this library can verify; give the "
+                "initial data as a zonal measure (Uniform, VonMisesFisher about +-axis, or a "
+                "Mixture of them)")
+
+    def is_zonal(self, axis) -> bool:
+        """Whether the measure is invariant under every rotation fixing ``axis`` (d,)."""
+        return self.zonal_obstruction(_unit(axis, self.d, "axis")) is None
+
+    def check_zonal(self, axis) -> np.ndarray:
+        """The unit axis, or a ValueError naming what breaks the symmetry about it."""
+        axis = _unit(axis, self.d, "axis")
+        why = self.zonal_obstruction(axis)
+        if why is not None:
+            raise ValueError(f"{self!r} is not zonal about the axis {np.round(axis, 6).tolist()} "
+                             f"(not invariant under the rotations fixing it): {why}")
+        return axis
+
+    def theta_marginal(self, axis=None) -> "ThetaMarginal":
+        r"""The law of :math:`\theta = \angle(x, e)` for x drawn from this zonal measure.
+
+        Its density against :math:`d\theta` on [0, pi] is
+        :math:`f(\theta) = |S^{d-2}| \sin^{d-2}\theta\, \rho(\cos\theta\, e + \sin\theta\, u)`
+        (any unit u orthogonal to e), evaluated in log form from :meth:`log_density`.
+
+        Parameters
+        ----------
+        axis : (d,), optional
+            The axis e (default: :meth:`default_axis`). The measure must be zonal about it
+            (:meth:`check_zonal`).
+        """
+        axis = self._axis_or_default(axis)
+        self.check_zonal(axis)
+        u = _orthogonal_unit(axis)
+        log_area = log_sphere_area(self.d - 1)
+        d = self.d
+
+        def log_pdf(theta):
+            theta = np.asarray(theta, dtype=np.float64)
+            x = np.cos(theta)[..., None] * axis + np.sin(theta)[..., None] * u
+            out = self.log_density(normalize(x)) + log_area
+            if d > 2:
+                with np.errstate(divide="ignore"):
+                    out = out + (d - 2) * np.log(np.sin(theta))
+            return out
+
+        return ThetaMarginal(log_pdf, d, axis, source=repr(self))
+
+    def _axis_or_default(self, axis):
+        if axis is None:
+            axis = self.default_axis()
+            if axis is None:
+                raise ValueError(f"{self!r} has no axis of its own; pass axis= (a (d,) vector)")
+        return _unit(axis, self.d, "axis")
+
+    def quadrature(self, n: int, axis=None, *, n_theta: int | None = None, seed=0) -> PointCloud:
+        r"""About n weighted nodes of a product Gauss rule: this measure as a PointCloud.
+
+        Nodes :math:`x = w e + \sqrt{1 - w^2}\, u` with :math:`w = \cos\theta` about the axis e:
+
+        - in w, Gauss–Jacobi with weight :math:`(1 - w)^a (1 + w)^a`, a = (d - 3)/2, the
+          surface measure's :math:`\sin^{d-2}\theta\, d\theta`: Gauss–Legendre in
+          :math:`\cos\theta` on S^2 (a = 0). For a measure zonal about e the rule covers only
+          the theta-interval where the theta-density exceeds e^{-45} of its maximum
+          (:data:`ZONAL_TAIL_LOG`), so its nodes sit where the mass is; an end of that
+          interval at a pole keeps its Jacobi factor, an interior end is smooth.
+        - in u on S^{d-2}: the two points +-1 (S^1, d = 2); n_phi = 2 n_theta equispaced
+          angles (S^2: the trapezoid rule, exact for trigonometric polynomials of degree
+          < n_phi); for d >= 4, on each ring the 2(d-1) vertices +-e_i of a cross-polytope
+          turned by its own Haar-random rotation (seeded). Each is a spherical 3-design, so
+          polynomials of degree <= 3 in x are integrated to the accuracy of the theta-rule;
+          degree >= 4 in u are not exact: a structured, not an exact, rule on S^{d-2}.
+
+        Node (i, j) carries :math:`\rho(x_{ij})` times the product weight, normalised to sum 1.
+        For densities analytic in w (vMF, uniform) the moments of the rule converge
+        exponentially in n_theta; the normalisation takes out the rule's error on the mass.
+
+        Parameters
+        ----------
+        n : int
+            About how many nodes (n_theta rings times the directions per ring).
+        axis : (d,), optional
+            The rule's axis (default: :meth:`default_axis`, e.g. a vMF's mean). The measure
+            need not be zonal about it: the rule then spans all of [-1, 1] in w.
+        n_theta : int, optional
+            Rings in theta (default: sqrt(n / 2) on S^2, n / 2 on S^1, n / (2(d-1)) for
+            d >= 4).
+        seed : int
+            Seeds the rotations of the cross-polytopes (d >= 4).
+
+        Examples
+        --------
+        >>> import numpy as np, spherepde as sp
+        >>> cap = sp.measures.VonMisesFisher([0, 0, 1.0], 4.0).quadrature(800)
+        >>> bool(abs(cap.mean()[2] - (1 / np.tanh(4.0) - 1 / 4.0)) < 1e-13)
+        True
+
+        Returns
+        -------
+        PointCloud of n_theta * (directions per ring) nodes, shape (~n, d).
+        """
+        n = _check_n(n)
+        axis = self._axis_or_default(axis)
+        d = self.d
+        n_t, dirs, log_wdir = _ring_directions(n, d, n_theta, seed)
+        if self.is_zonal(axis):
+            lo, hi = self.theta_marginal(axis).support()
+        else:
+            lo, hi = 0.0, np.pi
+        w, log_wt = _theta_rule(n_t, lo, hi, d)
+        R = rotation_to_pole(axis)  # R = R^T, R axis = e_d
+        s = np.sqrt(np.clip(1.0 - w * w, 0.0, None))
+        local = np.concatenate([s[:, None, None] * dirs,
+                                np.broadcast_to(w[:, None, None], (n_t, dirs.shape[1], 1))],
+                               axis=-1).reshape(-1, d)
+        pts = normalize(local @ R)
+        logw = (log_wt[:, None] + log_wdir[None, :]).reshape(-1) + self.log_density(pts)
+        if not np.any(np.isfinite(logw)):
+            raise ValueError(f"{self!r}: the density vanishes at every node of the rule; pass "
+                             "a larger n or the measure's own axis")
+        wts = np.exp(logw - special.logsumexp(logw))
+        return PointCloud(pts, wts / wts.sum())
+
 
 def _unit(v, d, name):
     v = np.asarray(v, dtype=np.float64)
@@ -250,6 +397,184 @@ def _check_n(n) -> int:
     return int(n)
 
 
+def _orthogonal_unit(axis) -> np.ndarray:
+    """A unit vector orthogonal to ``axis`` (d >= 2)."""
+    k = int(np.argmin(np.abs(axis)))
+    v = -axis[k] * axis
+    v[k] += 1.0
+    return v / np.linalg.norm(v)
+
+
+def _ring_directions(n, d, n_theta, seed):
+    """(n_theta, directions (n_theta, m, d-1) on S^{d-2} (ring i's in row i), their m log
+    weights, summing to |S^{d-2}|)."""
+    if d == 2:
+        n_t = max(1, n // 2) if n_theta is None else int(n_theta)
+        dirs = np.array([[1.0], [-1.0]])
+    elif d == 3:
+        n_t = max(1, int(round(np.sqrt(n / 2.0)))) if n_theta is None else int(n_theta)
+        n_phi = max(1, int(round(n / n_t)))
+        phi = 2.0 * np.pi * np.arange(n_phi) / n_phi
+        dirs = np.stack([np.cos(phi), np.sin(phi)], axis=1)
+    else:
+        m = 2 * (d - 1)
+        n_t = max(1, n // m) if n_theta is None else int(n_theta)
+        from .sphere import random_rotation
+
+        # one cross-polytope {+-e_i} per ring, each turned by its own Haar rotation: a
+        # 3-design on every ring, and no meridian shared by two rings
+        cross = np.concatenate([np.eye(d - 1), -np.eye(d - 1)])
+        dirs = np.stack([cross @ random_rotation(d - 1, seed=(seed, j)).T for j in range(n_t)])
+        log_w = np.full(m, log_sphere_area(d - 1) - np.log(m))
+        return n_t, dirs, log_w
+    if n_t < 1:
+        raise ValueError(f"n_theta must be a positive integer; got {n_theta!r}")
+    log_w = np.full(dirs.shape[0], log_sphere_area(d - 1) - np.log(dirs.shape[0]))
+    return n_t, np.broadcast_to(dirs, (n_t,) + dirs.shape), log_w
+
+
+def _theta_rule(n_t, lo, hi, d):
+    r"""Nodes w = cos(theta) and log weights of an n_t-point rule for
+    :math:`\int_{\cos hi}^{\cos lo} g(w) (1 - w^2)^{(d-3)/2} dw`: Gauss–Jacobi, the factor
+    (1 -+ w)^a in the Jacobi weight at an end that is a pole, in the node weights otherwise."""
+    a = 0.5 * (d - 3)
+    # An end within half the interval's width of a pole is moved to it: the factor (1 - w)^a
+    # of even d is not smooth there, and a rule that stops just short of it converges slowly.
+    if lo <= 0.5 * (hi - lo):
+        lo = 0.0
+    if np.pi - hi <= 0.5 * (hi - lo):
+        hi = np.pi
+    at_north, at_south = lo == 0.0, hi == np.pi
+    w_lo, w_hi = np.cos(hi), np.cos(lo)
+    if at_north:
+        w_hi = 1.0
+    if at_south:
+        w_lo = -1.0
+    x, W = special.roots_jacobi(n_t, a if at_north else 0.0, a if at_south else 0.0)
+    half = 0.5 * (w_hi - w_lo)
+    w = w_lo + half * (x + 1.0)
+    log_wt = np.log(W) + np.log(half)
+    log_wt += a * np.log(half) if at_north else a * np.log1p(-w)
+    log_wt += a * np.log(half) if at_south else a * np.log1p(w)
+    return w, log_wt
+
+
+def log_bessel_i(nu: float, x: float, scaled: bool = False) -> float:
+    r"""log I_nu(x) for nu >= 0, x > 0, without underflow (``scaled``: log(I_nu(x) e^{-x}),
+    which keeps full relative accuracy at large x).
+
+    scipy's exponentially scaled :func:`scipy.special.ive` underflows to 0 at large order and
+    small argument (ive(255, 1) = 0): there the power series
+    :math:`I_\nu(x) = \sum_k (x/2)^{2k+\nu} / (k!\,\Gamma(k+\nu+1))` is summed in log form;
+    its terms fall by at least the factor x^2 / (4 (nu + 1)) < 1 per step in that regime.
+    """
+    nu, x = float(nu), float(x)
+    if not (nu >= 0 and x > 0 and np.isfinite(x)):
+        raise ValueError(f"log_bessel_i needs nu >= 0 and 0 < x < inf; got nu={nu}, x={x}")
+    v = special.ive(nu, x)
+    if np.isfinite(v) and v > 1e-250:
+        return float(np.log(v)) if scaled else float(np.log(v) + x)
+    k = np.arange(0, int(64 + 4 * x))
+    terms = (2 * k + nu) * np.log(0.5 * x) - special.gammaln(k + 1) - special.gammaln(k + nu + 1)
+    out = float(special.logsumexp(terms))
+    return out - x if scaled else out
+
+
+class ThetaMarginal:
+    r"""The law of :math:`\theta = \angle(x, e) \in [0, \pi]` under a zonal measure on S^{d-1}.
+
+    A measure invariant under the rotations fixing e has a density :math:`\rho(\theta)`;
+    in the coordinates :math:`x = \cos\theta\, e + \sin\theta\, u`, :math:`u \in S^{d-2}`, the
+    surface measure is :math:`\sin^{d-2}\theta\, d\theta\, d\sigma_{d-2}(u)`, so theta has the
+    density :math:`f(\theta) = |S^{d-2}| \sin^{d-2}\theta\, \rho(\theta)` against dtheta.
+
+    Parameters
+    ----------
+    log_pdf : callable
+        theta (...) -> log f(theta) (...), ``-inf`` where f vanishes.
+    d : int
+    axis : (d,) unit vector e
+    source : str, optional
+        What it is the marginal of (for messages).
+    """
+
+    #: sub-intervals of the support, and Gauss–Legendre nodes on each, of the mass integrals
+    N_SUB, N_GAUSS = 2048, 16
+
+    def __init__(self, log_pdf, d: int, axis, source: str = ""):
+        self._log_pdf = log_pdf
+        self.d = int(d)
+        self.axis = np.asarray(axis, dtype=np.float64)
+        self.source = source
+        self._support = None
+
+    def log_pdf(self, theta) -> np.ndarray:
+        return np.asarray(self._log_pdf(np.asarray(theta, dtype=np.float64)), dtype=np.float64)
+
+    def pdf(self, theta) -> np.ndarray:
+        """f(theta), the density against dtheta."""
+        return np.exp(self.log_pdf(theta))
+
+    def support(self, tail: float = ZONAL_TAIL_LOG):
+        """(lo, hi): the theta-interval outside which f < e^{-tail} max f, found on a grid of
+        8192 cells and widened by one cell each side."""
+        if self._support is not None and tail == ZONAL_TAIL_LOG:
+            return self._support
+        grid = np.linspace(0.0, np.pi, 8193)
+        lp = self.log_pdf(grid)
+        top = np.max(lp[np.isfinite(lp)]) if np.any(np.isfinite(lp)) else None
+        if top is None:
+            raise ValueError(f"the theta-density of {self.source} is 0 everywhere")
+        keep = np.flatnonzero(lp > top - tail)
+        out = (float(grid[max(keep[0] - 1, 0)]), float(grid[min(keep[-1] + 1, grid.size - 1)]))
+        if tail == ZONAL_TAIL_LOG:
+            self._support = out
+        return out
+
+    def cdf(self, theta) -> np.ndarray:
+        r"""F(theta) = P(angle <= theta), by composite Gauss–Legendre (16 nodes on each of
+        2048 pieces of the support, plus the given points as breakpoints): exact to round-off
+        for the smooth densities of this module."""
+        theta = np.asarray(theta, dtype=np.float64)
+        if np.any(~np.isfinite(theta)):
+            raise ValueError("theta contains NaN or inf")
+        t = np.clip(theta, 0.0, np.pi)
+        lo, hi = self.support()
+        bps = np.unique(np.concatenate([[0.0, np.pi], np.linspace(lo, hi, self.N_SUB + 1),
+                                        t.ravel()]))
+        xg, wg = np.polynomial.legendre.leggauss(self.N_GAUSS)
+        a, b = bps[:-1], bps[1:]
+        nodes = 0.5 * (a + b)[:, None] + 0.5 * (b - a)[:, None] * xg
+        lp = self.log_pdf(nodes)
+        top = np.max(lp[np.isfinite(lp)])
+        part = 0.5 * (b - a) * (np.exp(lp - top) @ wg)
+        cum = np.concatenate([[0.0], np.cumsum(part)])
+        self.total_mass = float(cum[-1] * np.exp(top))
+        return (cum[np.searchsorted(bps, t)] / cum[-1]).reshape(theta.shape)
+
+    def cell_masses(self, edges) -> np.ndarray:
+        """The mass of each theta-cell [edges[k], edges[k+1]], edges (n+1,) increasing in
+        [0, pi] -> (n,)."""
+        edges = _check_edges(edges)
+        return np.diff(self.cdf(edges))
+
+    def __repr__(self) -> str:
+        return f"ThetaMarginal(of {self.source}, d={self.d})"
+
+
+def _check_edges(edges) -> np.ndarray:
+    e = np.asarray(edges, dtype=np.float64)
+    if e.ndim != 1 or e.size < 2:
+        raise ValueError(f"theta edges must be a 1-D array of n+1 >= 2 values; got shape {e.shape}")
+    if not np.all(np.isfinite(e)):
+        raise ValueError("theta edges contain NaN or inf")
+    if np.any(np.diff(e) <= 0):
+        raise ValueError("theta edges must be strictly increasing")
+    if e[0] < 0 or e[-1] > np.pi * (1 + 1e-15):
+        raise ValueError(f"theta edges must lie in [0, pi]; got [{e[0]}, {e[-1]}]")
+    return np.minimum(e, np.pi)
+
+
 class Uniform(Measure):
     r"""The uniform probability measure on S^{d-1}, density :math:`1/|S^{d-1}|`."""
 
@@ -264,6 +589,19 @@ class Uniform(Measure):
         rng = np.random.default_rng(seed)
         return normalize(rng.standard_normal((_check_n(n), self.d)))
 
+    def log_density(self, x) -> np.ndarray:
+        x = as_points(x, self.d)
+        return np.full(x.shape[:-1], -log_sphere_area(self.d))
+
+    def default_axis(self):
+        """e1: the uniform measure is zonal about every axis; rules and marginals use e1."""
+        e = np.zeros(self.d)
+        e[0] = 1.0
+        return e
+
+    def zonal_obstruction(self, axis):
+        return None
+
     def hemisphere_mass(self, e) -> float:
         _unit(e, self.d, "e")
         return 0.5
@@ -277,8 +615,10 @@ class VonMisesFisher(Measure):
 
     .. math:: C_d(\kappa) = \frac{\kappa^{d/2-1}}{(2\pi)^{d/2} I_{d/2-1}(\kappa)}
 
-    evaluated with exponentially scaled Bessel functions, so kappa up to 1e4 and beyond
-    neither overflows nor underflows at the mode.
+    evaluated in log form (:func:`log_bessel_i`), so kappa up to 1e4 and beyond, and any
+    dimension d (where I_{d/2-1} underflows at small kappa), neither overflow nor underflow
+    at the mode. A vMF is zonal about +-mean: :meth:`theta_marginal` and :meth:`quadrature`
+    use its mean as their axis.
 
     Parameters
     ----------
@@ -304,11 +644,26 @@ class VonMisesFisher(Measure):
         else:
             # log C_d(kappa) + kappa: the density is exp(_log_c + kappa (<mu,x> - 1)).
             self._log_c = (nu * np.log(kappa) - 0.5 * self.d * np.log(2 * np.pi)
-                           - np.log(special.ive(nu, kappa)))
+                           - log_bessel_i(nu, kappa, scaled=True))
 
     def density(self, x) -> np.ndarray:
+        return np.exp(self.log_density(x))
+
+    def log_density(self, x) -> np.ndarray:
         x = as_points(x, self.d)
-        return np.exp(self._log_c + self.kappa * (x @ self.mean - 1.0))
+        return self._log_c + self.kappa * (x @ self.mean - 1.0)
+
+    def default_axis(self):
+        return self.mean.copy()
+
+    def zonal_obstruction(self, axis):
+        c = float(np.clip(self.mean @ axis, -1.0, 1.0))
+        if self.kappa == 0 or 1.0 - abs(c) <= ZONAL_ATOL:
+            return None
+        ang = float(np.arccos(c))
+        return (f"its mean direction lies {ang:.6g} rad ({np.degrees(ang):.4g} deg) from the "
+                "axis, and the rotations fixing the axis move it (a cap about a point off the "
+                "axis); put the mean on +-axis, or pass axis=mean")
 
     def sample(self, n: int, seed=None) -> np.ndarray:
         n = _check_n(n)
@@ -457,6 +812,41 @@ class Mixture(Measure):
     def density(self, x) -> np.ndarray:
         return sum(p * c.density(x) for p, c in zip(self.weights, self.components))
 
+    def log_density(self, x) -> np.ndarray:
+        live = [(p, c) for p, c in zip(self.weights, self.components) if p > 0]
+        logs = np.stack([np.log(p) + c.log_density(x) for p, c in live])
+        return special.logsumexp(logs, axis=0)
+
+    def default_axis(self):
+        """The axis of the first component that has one, when every component is zonal about
+        it (two caps about +-e: e); otherwise None."""
+        for c in self.components:
+            e = c.default_axis()
+            if e is not None:
+                return e if self.is_zonal(e) else None
+        return None
+
+    def zonal_obstruction(self, axis):
+        for k, (p, c) in enumerate(zip(self.weights, self.components)):
+            why = c.zonal_obstruction(axis) if p > 0 else None
+            if why is not None:
+                return f"component {k} ({c!r}, weight {p:.4g}): {why}"
+        return None
+
+    def quadrature(self, n: int, axis=None, *, n_theta: int | None = None, seed=0) -> PointCloud:
+        """Without ``axis``: each component's own rule (:meth:`Measure.quadrature`, about its
+        own axis) with n_k ~ p_k n nodes, weighted p_k: two caps about +-e each get a rule
+        about +-e. With ``axis``: the product rule of the mixture density about it."""
+        if axis is not None:
+            return super().quadrature(n, axis, n_theta=n_theta, seed=seed)
+        n = _check_n(n)
+        live = np.flatnonzero(self.weights > 0)
+        clouds = [self.components[k].quadrature(max(1, int(round(self.weights[k] * n))),
+                                                n_theta=n_theta, seed=seed) for k in live]
+        pts = np.concatenate([c.points for c in clouds])
+        w = np.concatenate([self.weights[k] * c.weights for k, c in zip(live, clouds)])
+        return PointCloud(pts, w / w.sum())
+
     def sample(self, n: int, seed=None) -> np.ndarray:
         n = _check_n(n)
         rng = np.random.default_rng(seed)
@@ -516,9 +906,25 @@ class ACG(Measure):
         self._log_c = -log_sphere_area(self.d) - np.sum(np.log(np.diag(self._chol)))
 
     def density(self, x) -> np.ndarray:
+        return np.exp(self.log_density(x))
+
+    def log_density(self, x) -> np.ndarray:
         x = as_points(x, self.d)
         q = np.einsum("...i,ij,...j->...", x, self._inv, x)
-        return np.exp(self._log_c - 0.5 * self.d * np.log(q))
+        return self._log_c - 0.5 * self.d * np.log(q)
+
+    def zonal_obstruction(self, axis):
+        # zonal iff Sigma = s1 e e^T + s2 (I - e e^T): Sigma e = s1 e and Sigma acts as s2 on e^perp
+        S = self.Sigma
+        s1 = float(axis @ S @ axis)
+        P = np.eye(self.d) - np.outer(axis, axis)
+        s2 = float(np.trace(P @ S @ P)) / max(self.d - 1, 1)
+        off = np.abs(S - (s1 * np.outer(axis, axis) + s2 * P)).max()
+        if off <= ZONAL_ATOL * np.abs(S).max():
+            return None
+        return (f"Sigma is not of the form s1 e e^T + s2 (I - e e^T) about the axis (off by "
+                f"{off:.3g}): the axis is not an eigenvector of Sigma, or Sigma is not isotropic "
+                "on the axis's orthogonal complement")
 
     def sample(self, n: int, seed=None) -> np.ndarray:
         rng = np.random.default_rng(seed)
