@@ -65,7 +65,8 @@ from . import quantized as _quantized
 from . import semidiscrete as _semidiscrete
 from . import sparse as _sparse
 from .costs import COSTS, check_cost, cost_matrix
-from .limit import W2Curve, coupling_bound, w2_to_limit
+from .limit import W2Curve, coupling_bound
+from .limit import w2_to_limit as _w2_to_limit_clouds
 from .result import W2Result, bracket_result
 
 __all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
@@ -114,6 +115,20 @@ AUTO_SPARSE_MIN_SECONDS = 4 * AUTO_MULTISCALE_MIN_SECONDS
 AUTO_HEAVY_WEIGHT = 1e-12
 #: Default target width of the bracket on W2 for the multiscale solver.
 DEFAULT_TOL = 1e-3
+
+
+def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", method: str = "auto",
+                bound: bool = True, **options):
+    """The curve t -> W2(rho_t, Pi#rho0). A zonal solution (one with ``theta_edges`` and
+    ``cell_masses``) goes to the exact 1-D solver,
+    :func:`~spherepde.wasserstein.zonal.w2_to_limit_zonal`; everything else to the point-cloud
+    solvers, :func:`~spherepde.wasserstein.limit.w2_to_limit` (see there)."""
+    obj = solution_or_trajectory
+    if hasattr(obj, "theta_edges") and hasattr(obj, "cell_masses"):
+        from .zonal import w2_to_limit_zonal
+
+        return w2_to_limit_zonal(obj, model, cost)
+    return _w2_to_limit_clouds(obj, model, cost, method, bound, **options)
 
 
 def _prepare(mu, nu):
