@@ -55,10 +55,10 @@ __all__ = ["ZonalMarginal", "w2_zonal", "w2_zonal_dirac", "w2_cloud_zonal_bound"
            "ZONAL_DUAL_PAIRS"]
 
 #: The network simplex solves the discrete 1-D chordal problem exactly up to this many atom
-#: pairs (2000 a side: ~1 s and ~180 MB).
+#: pairs (2000 a side: ~7 s and ~180 MB on a shared core, docs/benchmarks/zonal_w2.md).
 ZONAL_EXACT_PAIRS = 4_000_000
 #: Beyond that, it runs between groups of consecutive atoms: at most this many of mass 1/k
-#: and as many of width pi/k a side (1000: ~1-2 s for the network simplex).
+#: and as many of width pi/k a side (10^4 cells a side: ~7 s in all, with the certificates).
 ZONAL_GROUP_ATOMS = 1000
 #: The dual certificate of the monotone coupling (an exact c-transform over all pairs, in blocks
 #: of BLOCK_PAIRS) is computed up to this many pairs (10^4 cells a side: ~2 s).
