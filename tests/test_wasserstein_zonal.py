@@ -255,3 +255,43 @@ def test_w2_to_limit_of_a_zonal_solution(d, rho0, cost):
         # the bracket is the cells' spread: at most a cell width (pi/2000)
         assert curve.upper[k] - curve.lower[k] <= 2 * np.pi / 2000
     assert curve.methods == ["zonal"] * 3 and curve.limit.n == 2
+
+
+@pytest.mark.parametrize("cost", ["chordal", "geodesic"])
+def test_on_the_circle_the_reduction_is_exact_too(cost):
+    # d = 2: a zonal measure is symmetric under the reflection fixing e (u = +-1 with mass 1/2
+    # each); the product rules put each theta-node at +-u with equal weights, so the LP between
+    # them equals the 1-D value (same argument as on S^2).
+    e = _e(2)
+    one = M.VonMisesFisher(e, 3.0).quadrature(120, axis=e)
+    two = M.Mixture([M.VonMisesFisher(e, 9.0), M.VonMisesFisher(-e, 2.0)], [0.5, 0.5]).quadrature(
+        120, axis=e)
+    lp = sp.w2(one, two, cost=cost, method="exact")
+    r = Z.w2_zonal(Z.ZonalMarginal.from_points(one.points, one.weights, e),
+                   Z.ZonalMarginal.from_points(two.points, two.weights, e), cost=cost)
+    assert r.value == pytest.approx(float(lp), abs=1e-10)  # two LPs' round-off
+
+
+def test_plain_arrays_and_bad_input():
+    edges = np.linspace(0, np.pi, 5)
+    masses = np.array([0.1, 0.2, 0.3, 0.4])
+    r = Z.w2_zonal((edges, masses), (edges, masses[::-1]), cost="geodesic")
+    assert r.lower <= float(r) <= r.upper and float(r) > 0
+    with pytest.raises(ValueError, match="sum to 1"):
+        Z.ZonalMarginal(edges, 2 * masses)
+    with pytest.raises(ValueError, match=r"masses must have shape \(n,\) = \(4,\)"):
+        Z.ZonalMarginal(edges, masses[:3])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        Z.ZonalMarginal(edges[::-1], masses)
+    with pytest.raises(ValueError, match=r"\[0, pi\]"):
+        Z.ZonalMarginal(thetas=[4.0], weights=[1.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        Z.ZonalMarginal(edges, np.array([-0.1, 0.3, 0.4, 0.4]))
+    with pytest.raises(ValueError, match="pass edges and masses together"):
+        Z.ZonalMarginal(edges=edges)
+    with pytest.raises(TypeError, match="cannot read a theta-marginal"):
+        Z.w2_zonal(np.ones(3), (edges, masses))
+    with pytest.raises(ValueError, match="different dimensions"):
+        Z.w2_zonal(Z.ZonalMarginal(edges, masses, d=3), Z.ZonalMarginal(edges, masses, d=4))
+    with pytest.raises(ValueError, match="unknown cost"):
+        Z.w2_zonal((edges, masses), (edges, masses), cost="l1")
