@@ -295,3 +295,27 @@ def test_plain_arrays_and_bad_input():
         Z.w2_zonal(Z.ZonalMarginal(edges, masses, d=3), Z.ZonalMarginal(edges, masses, d=4))
     with pytest.raises(ValueError, match="unknown cost"):
         Z.w2_zonal((edges, masses), (edges, masses), cost="l1")
+
+
+@pytest.mark.parametrize("d", [3, 8])
+def test_w2_to_limit_when_e_is_the_equator(d):
+    # V = diag(1, 2, ..., 2): E = e^perp, Pi#rho0 is uniform on the equator (the atom theta =
+    # pi/2), and the flow opens theta: tan(theta_t) = tan(theta_0) e^{t}. One coupling:
+    # W2^2 = E_rho0[h(|theta_t - pi/2|)].
+    e = _e(d)
+    rho0 = M.VonMisesFisher(e, 3.0)
+    F0 = rho0.theta_marginal(e).cdf
+    edges = np.linspace(0, np.pi, 1001)
+    times = [0.0, 2.0]
+    pre = lambda t: np.arctan2(np.sin(edges) * np.exp(-t), np.cos(edges))
+    sol = SimpleNamespace(theta_edges=edges, times=np.array(times), axis=e, d=d,
+                          model=sp.Model(V=np.diag([1.0] + [2.0] * (d - 1)), beta=np.inf, d=d),
+                          initial_measure=rho0, cell_masses=lambda i: np.diff(F0(pre(times[i]))))
+    curve = sp.w2_to_limit(sol)
+    f = rho0.theta_marginal(e).pdf
+    for k, t in enumerate(times):
+        g = lambda th: _h(np.arctan2(np.sin(th) * np.exp(t), np.cos(th)) - np.pi / 2, "chordal")
+        exact = math.sqrt(integrate.quad(lambda th: g(th) * f(th), 0, np.pi, limit=400)[0])
+        assert curve.lower[k] - ROUND <= exact <= curve.upper[k] + ROUND
+        assert curve.upper[k] - curve.lower[k] <= 2 * np.pi / 1000  # the cells' spread
+    assert np.allclose(curve.limit.points @ e, 0.0, atol=1e-15)  # the ring, on the equator

@@ -508,13 +508,9 @@ def _limit_marginal(model, axis, d, masses0, edges, mu0):
     if k == d - 1 and along <= 1e-9:
         # E = axis^perp: Pi sends every x off the poles to the equator, uniformly by symmetry
         ring = ZonalMarginal(thetas=[0.5 * np.pi], weights=[1.0], d=d)
-        from ..measures import Uniform
-
-        u = Uniform(d).quadrature(4 * (d - 1), axis=axis)
-        keep = np.abs(u.points @ axis) < 0.5
-        pts = u.points[keep] - np.outer(u.points[keep] @ axis, axis)
-        pts /= np.linalg.norm(pts, axis=1, keepdims=True)
-        return ring, PointCloud(pts)
+        # the cloud stands for the ring (for plots): +- an orthonormal basis of axis^perp
+        basis = np.linalg.svd(np.eye(d) - np.outer(axis, axis))[0][:, : d - 1]
+        return ring, PointCloud(np.concatenate([basis.T, -basis.T]))
     raise ValueError(f"the model's dominant subspace E (dim {k}) is neither the axis nor its "
                      "orthogonal complement: the model is not axially symmetric about the "
                      "solution's axis, so Pi#rho0 is not zonal")
@@ -548,7 +544,8 @@ def w2_to_limit_zonal(solution, model=None, cost: str = "chordal"):
     -------
     W2Curve with ``method`` "zonal" at every time. dim E = 1 along the axis: Pi#rho0 is two
     atoms at +-axis with the masses of the half-spheres; E = axis^perp: the uniform measure on
-    the equator (one atom at theta = pi/2). Against these the 1-D coupling is monotone and
+    the equator (one atom at theta = pi/2; ``limit`` holds +- a basis of axis^perp, a
+    3-design of the equator, for display only). Against these the 1-D coupling is monotone and
     optimal (a two-atom target is split at one threshold), so the bracket is the cell spread
     of the solution alone: the largest cell's half width, at most.
     """
