@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import markdown_table, write  # noqa: E402
+from _report import markdown_table, write
 
-import spherepde as sp  # noqa: E402
-from spherepde.wasserstein import zonal as Z  # noqa: E402
+import spherepde as sp
+from spherepde.wasserstein import zonal as Z
 
 M = sp.measures
 

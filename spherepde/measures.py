@@ -245,7 +245,6 @@ class Measure:
 
     def default_axis(self):
         """The measure's own symmetry axis (a unit (d,) vector), or None when it has none."""
-        return None
 
     def zonal_obstruction(self, axis) -> str | None:
         """Why this measure is not invariant under the rotations of S^{d-1} fixing ``axis``,
@@ -267,7 +266,7 @@ class Measure:
                              f"(not invariant under the rotations fixing it): {why}")
         return axis
 
-    def theta_marginal(self, axis=None) -> "ThetaMarginal":
+    def theta_marginal(self, axis=None) -> ThetaMarginal:
         r"""The law of :math:`\theta = \angle(x, e)` for x drawn from this zonal measure.
 
         Its density against :math:`d\theta` on [0, pi] is
@@ -412,8 +411,8 @@ def _ring_directions(n, d, n_theta, seed):
         n_t = max(1, n // 2) if n_theta is None else int(n_theta)
         dirs = np.array([[1.0], [-1.0]])
     elif d == 3:
-        n_t = max(1, int(round(np.sqrt(n / 2.0)))) if n_theta is None else int(n_theta)
-        n_phi = max(1, int(round(n / n_t)))
+        n_t = max(1, round(np.sqrt(n / 2.0))) if n_theta is None else int(n_theta)
+        n_phi = max(1, round(n / n_t))
         phi = 2.0 * np.pi * np.arange(n_phi) / n_phi
         dirs = np.stack([np.cos(phi), np.sin(phi)], axis=1)
     else:
@@ -841,7 +840,7 @@ class Mixture(Measure):
             return super().quadrature(n, axis, n_theta=n_theta, seed=seed)
         n = _check_n(n)
         live = np.flatnonzero(self.weights > 0)
-        clouds = [self.components[k].quadrature(max(1, int(round(self.weights[k] * n))),
+        clouds = [self.components[k].quadrature(max(1, round(self.weights[k] * n)),
                                                 n_theta=n_theta, seed=seed) for k in live]
         pts = np.concatenate([c.points for c in clouds])
         w = np.concatenate([self.weights[k] * c.weights for k, c in zip(live, clouds)])

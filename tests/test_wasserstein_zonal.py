@@ -177,8 +177,8 @@ def test_order_of_the_discretisation_error():
     errs, widths = [], []
     for n in (64, 128, 256, 512):
         edges = np.linspace(0, np.pi, n + 1)
-        A = Z.ZonalMarginal(edges, M.VonMisesFisher(e, 8.0).theta_marginal().cell_masses(edges), d=3)
-        B = Z.ZonalMarginal(edges, M.VonMisesFisher(e, 2.0).theta_marginal().cell_masses(edges), d=3)
+        A, B = (Z.ZonalMarginal(edges, M.VonMisesFisher(e, k).theta_marginal().cell_masses(edges),
+                                d=3) for k in (8.0, 2.0))
         r = Z.w2_zonal(A, B, cost="geodesic")
         assert r.lower <= exact <= r.upper
         errs.append(abs(float(r) - exact))
@@ -246,7 +246,7 @@ def test_w2_to_limit_of_a_zonal_solution(d, rho0, cost):
     curve = sp.w2_to_limit(sol, cost=cost)
     f = rho0.theta_marginal(_e(d)).pdf
     for k, t in enumerate(times):
-        def integrand(th):
+        def integrand(th, t=t):
             tt = np.arctan2(np.sin(th) * np.exp(-gap * t), np.cos(th))
             return _h(min(tt, np.pi - tt), cost) * f(th)
         exact = math.sqrt(integrate.quad(integrand, 0, np.pi, points=[np.pi / 2], limit=400,
@@ -314,8 +314,9 @@ def test_w2_to_limit_when_e_is_the_equator(d):
     curve = sp.w2_to_limit(sol)
     f = rho0.theta_marginal(e).pdf
     for k, t in enumerate(times):
-        g = lambda th: _h(np.arctan2(np.sin(th) * np.exp(t), np.cos(th)) - np.pi / 2, "chordal")
-        exact = math.sqrt(integrate.quad(lambda th: g(th) * f(th), 0, np.pi, limit=400)[0])
+        def integrand(th, t=t):
+            return _h(np.arctan2(np.sin(th) * np.exp(t), np.cos(th)) - np.pi / 2, "chordal") * f(th)
+        exact = math.sqrt(integrate.quad(integrand, 0, np.pi, limit=400)[0])
         assert curve.lower[k] - ROUND <= exact <= curve.upper[k] + ROUND
         assert curve.upper[k] - curve.lower[k] <= 2 * np.pi / 1000  # the cells' spread
     assert np.allclose(curve.limit.points @ e, 0.0, atol=1e-15)  # the ring, on the equator

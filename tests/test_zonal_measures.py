@@ -110,7 +110,8 @@ def test_a_cap_on_the_equator_is_refused_with_the_reason():
 def _gauss_legendre_remainder(n, length, kappa, degree):
     """Bound on the n-point Gauss–Legendre error for e^{kappa (w - 1)} p(w), p of the given
     degree with |p^{(j)}| <= 1 on an interval of this length inside [-1, 1]:
-    L^{2n+1} (n!)^4 / ((2n+1) ((2n)!)^3) max |f^{(2n)}|, max |f^{(2n)}| <= sum_j C(2n, j) kappa^{2n-j}."""
+    L^{2n+1} (n!)^4 / ((2n+1) ((2n)!)^3) max |f^{(2n)}|, with
+    max |f^{(2n)}| <= sum_{j <= degree} C(2n, j) kappa^{2n-j}."""
     k = 2 * n
     deriv = sum(math.comb(k, j) * kappa ** (k - j) for j in range(degree + 1))
     log_r = ((k + 1) * math.log(length) + 4 * math.lgamma(n + 1) - math.log(k + 1)

@@ -111,14 +111,16 @@ class ZonalMarginal:
         if (thetas is None) != (weights is None):
             raise ValueError("pass thetas and weights together (atoms and their masses)")
         if edges is None and thetas is None:
-            raise ValueError("a ZonalMarginal needs cells (edges, masses) or atoms (thetas, weights)")
+            raise ValueError("a ZonalMarginal needs cells (edges, masses) or atoms "
+                             "(thetas, weights)")
         self.d = None if d is None else int(d)
         self.edges = np.empty(0) if edges is None else _check_edges(edges)
         self.masses = np.empty(0) if masses is None else _nonneg(masses, "masses")
         if edges is not None and self.masses.shape != (self.edges.size - 1,):
             raise ValueError(f"masses must have shape (n,) = ({self.edges.size - 1},) for "
                              f"{self.edges.size} edges; got {self.masses.shape}")
-        self.thetas = np.empty(0) if thetas is None else np.asarray(thetas, dtype=np.float64).ravel()
+        self.thetas = (np.empty(0) if thetas is None
+                       else np.asarray(thetas, dtype=np.float64).ravel())
         self.weights = np.empty(0) if weights is None else _nonneg(weights, "weights").ravel()
         if self.thetas.shape != self.weights.shape:
             raise ValueError(f"thetas and weights must have the same shape; got "
@@ -135,7 +137,7 @@ class ZonalMarginal:
         self.weights = self.weights / total
 
     @classmethod
-    def from_measure(cls, measure: Measure, axis=None, n: int = DEFAULT_CELLS) -> "ZonalMarginal":
+    def from_measure(cls, measure: Measure, axis=None, n: int = DEFAULT_CELLS) -> ZonalMarginal:
         """The exact cell masses of a zonal sp.measures measure on n cells: half uniform on
         [0, pi], half uniform on the support of its theta-density (where the mass is)."""
         marginal = measure.theta_marginal(axis)
@@ -146,7 +148,7 @@ class ZonalMarginal:
         return cls(edges, marginal.cell_masses(edges), d=measure.d)
 
     @classmethod
-    def from_points(cls, points, weights, axis) -> "ZonalMarginal":
+    def from_points(cls, points, weights, axis) -> ZonalMarginal:
         """The theta-marginal of a weighted point cloud (atoms at its angles to the axis)."""
         return cls(thetas=theta_of(points, axis), weights=weights, d=np.shape(points)[1])
 
@@ -387,7 +389,8 @@ def w2_zonal(mu, nu, cost: str = "chordal", axis=None, n: int = DEFAULT_CELLS) -
     Examples
     --------
     >>> import numpy as np
-    >>> north, south = ZonalMarginal(thetas=[0.0], weights=[1.0]), ZonalMarginal(thetas=[np.pi], weights=[1.0])
+    >>> north = ZonalMarginal(thetas=[0.0], weights=[1.0])
+    >>> south = ZonalMarginal(thetas=[np.pi], weights=[1.0])
     >>> float(w2_zonal(north, south)), float(w2_zonal(north, south, cost="geodesic")) == np.pi
     (2.0, True)
     """
