@@ -320,3 +320,22 @@ def test_w2_to_limit_when_e_is_the_equator(d):
         assert curve.lower[k] - ROUND <= exact <= curve.upper[k] + ROUND
         assert curve.upper[k] - curve.lower[k] <= 2 * np.pi / 1000  # the cells' spread
     assert np.allclose(curve.limit.points @ e, 0.0, atol=1e-15)  # the ring, on the equator
+
+
+@pytest.mark.skipif(not hasattr(sp, "ZonalSolver"), reason="needs the zonal density solver")
+@pytest.mark.parametrize("d", [3, 8])
+def test_w2_to_limit_of_a_zonal_solver_run_brackets_its_token_clouds(d):
+    # Against the polar atoms of Pi#rho0 a point costs h(theta) or h(pi - theta) whatever its
+    # direction u, so W2 from any cloud with the solution's cell masses at the cell centres
+    # equals the 1-D value of those atoms, which lie in the cells: the certified bracket of
+    # sp.w2_to_limit(sol) (any law inside the cells) must contain the cloud's exact W2.
+    e = _e(d)
+    model = sp.Model(V=np.diag([2.0] + [1.0] * (d - 1)), beta=16.0, d=d)
+    rho0 = M.Mixture([M.VonMisesFisher(e, 4.0), M.VonMisesFisher(-e, 1.0)], [0.6, 0.4])
+    sol = sp.ZonalSolver(model, 200).solve(rho0, [0.0, 2.0])
+    curve = sp.w2_to_limit(sol)
+    assert curve.methods == ["zonal", "zonal"]
+    for i in range(2):
+        cloud = sol.measure(i, directions=2, seed=0)
+        w = float(sp.w2(cloud, curve.limit, method="semidiscrete"))
+        assert curve.lower[i] - ROUND <= w <= curve.upper[i] + ROUND
