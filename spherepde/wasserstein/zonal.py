@@ -538,8 +538,9 @@ def w2_to_limit_zonal(solution, model=None, cost: str = "chordal"):
     ----------
     solution :
         Has ``theta_edges`` (n+1,), ``cell_masses(i)`` (n,), ``times``, ``axis``, ``d`` and
-        ``model``; ``initial_measure`` (a zonal Measure) is used for the limit's masses when
-        present, the first cell masses otherwise.
+        ``model``; ``initial_measure``, when it is a Measure zonal about the axis, gives the
+        limit's masses exactly; otherwise they are the first cell masses on either side of
+        pi/2 (a cell across it split by its constant-density law).
     model : Model, optional
     cost : {"chordal", "geodesic"}
 
@@ -563,7 +564,8 @@ def w2_to_limit_zonal(solution, model=None, cost: str = "chordal"):
     d = int(getattr(solution, "d", axis.size))
     mu0 = getattr(solution, "initial_measure", None)
     limit, cloud = _limit_marginal(model, axis, d, np.asarray(solution.cell_masses(0)), edges,
-                                   mu0 if isinstance(mu0, Measure) else None)
+                                   mu0 if isinstance(mu0, Measure) and mu0.is_zonal(axis)
+                                   else None)
     times = np.asarray(solution.times, dtype=np.float64)
     results = [_result(ZonalMarginal(edges, solution.cell_masses(i), d=d), limit, cost)
                for i in range(times.size)]
