@@ -4,7 +4,8 @@
 #    virtualenv without it), and for shtns, the fast spherical-harmonic engine: FFTW
 #    (libfftw3-dev), a C compiler (build-essential) and the Python headers (python3-dev).
 #    Without root or apt the install goes on: shtns is skipped and ducc0 is used.
-#  - The package itself, editable, with its test extra (pytest, pyshtools).
+#  - The package itself, editable, with its test extra (pytest, pyshtools) and its docs extra
+#    (sphinx, numpydoc: the API reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -32,7 +33,7 @@ fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,docs]"
 if [ -f /usr/include/fftw3.h ]; then
   .venv/bin/python -m pip install -q "shtns>=3.6" \
     || echo "setup: shtns did not build; spherepde falls back to ducc0"

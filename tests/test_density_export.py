@@ -10,8 +10,8 @@ from spherepde.density import FourierSolution, SpectralSolution
 xr = pytest.importorskip("xarray")
 
 
-def test_spectral_solution_netcdf_round_trip(tmp_path):
-    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=np.inf)
+def test_spectral_solution_netcdf_round_trip(tmp_path, scenario_model):
+    model = scenario_model(np.inf)
     sol = sp.SpectralSolver(model, lmax=12).solve(sp.measures.VonMisesFisher([0, 0.6, 0.8], 2.0),
                                                   [0.0, 0.2, 0.4])
     ds = sol.to_xarray()
@@ -44,12 +44,12 @@ def test_fourier_solution_netcdf_round_trip(tmp_path):
     assert np.array_equal(back.coefficients, sol.coefficients) and back.n == sol.n
 
 
-def test_finite_volume_solution_netcdf_round_trip(tmp_path):
+def test_finite_volume_solution_netcdf_round_trip(tmp_path, scenario_model):
     from spherepde.analysis import transport_cases as tc
     from spherepde.density import FiniteVolumeSolution
     from spherepde.density.finite_volume import TransportSolver
 
-    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=2.0)
+    model = scenario_model(2.0)
     mu0 = sp.measures.VonMisesFisher([0, 0.6, 0.8], 2.0)
     sol = sp.FiniteVolumeSolver(model, 4, limiter="positivity").solve(mu0, [0.0, 0.1, 0.2])
     ds = sol.to_xarray()

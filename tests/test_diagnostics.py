@@ -6,12 +6,8 @@ import spherepde as sp
 from spherepde.analysis import diagnostics as dg
 
 
-def uniform(n, d, seed):
-    return sp.measures.Uniform(d).sample(n, seed=seed)
-
-
-def test_energy_matches_dense_double_sum():
-    x = uniform(300, 4, seed=1)
+def test_energy_matches_dense_double_sum(sphere_points):
+    x = sphere_points(300, 4, seed=1)
     w = np.random.default_rng(2).random(300)
     w /= w.sum()
     beta = 3.0
@@ -30,8 +26,8 @@ def test_energy_of_a_single_cluster_and_log_form():
         dg.interaction_energy(x, beta=0.0)
 
 
-def test_mean_inner_product():
-    x = uniform(50, 3, seed=3)
+def test_mean_inner_product(sphere_points):
+    x = sphere_points(50, 3, seed=3)
     G = x @ x.T
     off = (G.sum() - np.trace(G)) / (50 * 49)
     # closed form |sum w x|^2 vs the direct average: round-off only
@@ -39,9 +35,9 @@ def test_mean_inner_product():
     assert dg.mean_inner_product(x, exclude_diagonal=False) == pytest.approx(G.mean(), abs=1e-14)
 
 
-def test_cluster_count_threshold():
+def test_cluster_count_threshold(sphere_points):
     rng = np.random.default_rng(4)
-    centers = uniform(3, 3, seed=5)
+    centers = sphere_points(3, 3, seed=5)
     pts = np.repeat(centers, 10, axis=0) + 1e-5 * rng.standard_normal((30, 3))
     pts /= np.linalg.norm(pts, axis=1, keepdims=True)
     # spread 1e-5 << tol = 1e-3 << separation of random centers (~1)

@@ -1,5 +1,5 @@
-"""The examples in the docstrings run and print what they say (they drifted once: a degree
-and an output changed under them while nothing ran them)."""
+"""The examples in the docstrings run and print what they say, so that an example cannot
+drift from the code it shows."""
 import doctest
 import importlib
 import pkgutil

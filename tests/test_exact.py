@@ -21,7 +21,8 @@ def _rotation_model(c=1.0):
     return sp.Model(K=c * O, V=S @ O / c, beta=np.inf)  # A = V B^T = S
 
 
-@pytest.mark.parametrize("model", [_general_model(), _rotation_model(2.0)], ids=["general-B", "c-rotation"])
+@pytest.mark.parametrize("model", [_general_model(), _rotation_model(2.0)],
+                         ids=["general-B", "c-rotation"])
 def test_zero_temperature_flow_against_solve_ivp(model):
     x0 = sp.measures.Uniform(3).sample(6, seed=12)
     t = np.array([0.3, 1.0, 3.0])
@@ -47,7 +48,7 @@ def test_zero_temperature_density_integrates_to_one():
         assert grid.integrate(rho_t.density(grid.points)) == pytest.approx(1.0, abs=1e-10)
 
 
-def test_zero_temperature_density_matches_pushed_samples():
+def test_zero_temperature_density_matches_pushed_samples(sphere_points):
     model = _rotation_model(1.0)
     rho0 = sp.measures.VonMisesFisher([0.3, 0.1, 1.0], 1.5)
     t, n = 0.8, 200_000
@@ -58,16 +59,20 @@ def test_zero_temperature_density_matches_pushed_samples():
     # 5 standard errors (Bonferroni false-alarm rate ~ 9 * 6e-7 for a correct density).
     grid = GaussGrid(200, 400)
     f = rho_t.density(grid.points) * grid.weights
-    feats = lambda p: np.concatenate([p, (p[..., :, None] * p[..., None, :])[..., np.triu_indices(3)[0],
-                                                                           np.triu_indices(3)[1]]], -1)
+    upper = np.triu_indices(3)
+
+    def feats(p):  # the 3 first and 6 distinct second moments of each point
+        return np.concatenate([p, (p[..., :, None] * p[..., None, :])[..., upper[0], upper[1]]], -1)
+
     ref = np.einsum("ij,ijk->k", f, feats(grid.points))
     fx = feats(x)
     z = (fx.mean(0) - ref) / (fx.std(0) / np.sqrt(n))
     assert np.all(np.abs(z) < 5), z
-    # Uniform rho0 pushes to the angular central Gaussian with Sigma = e^{2tA} (docs/theory.md §3.3).
+    # Uniform rho0 pushes to the angular central Gaussian with Sigma = e^{2tA}
+    # (docs/theory.md §3.3).
     acg = sp.measures.ACG(linalg.expm(2 * t * model.A))
     uni_t = exact.zero_temperature_density(model, sp.measures.Uniform(3), t)
-    y = normalize(np.random.default_rng(14).standard_normal((50, 3)))
+    y = sphere_points(50, 3, seed=14)
     np.testing.assert_allclose(uni_t.density(y), acg.density(y), rtol=1e-12)
 
 
@@ -83,12 +88,17 @@ def test_funk_hecke_eigenvalue_against_quadrature(d, beta):
     # kappa_l = |S^{d-2}|/|S^{d-1}| ∫ e^{beta t} C_l^nu(t)/C_l^nu(1) (1-t^2)^{(d-3)/2} dt.
     ratio = np.exp(sp.sphere.log_sphere_area(d - 1) - sp.sphere.log_sphere_area(d))
     nu = d / 2 - 1
-    for ell in range(0, 7):
+
+    def normalized_polynomial(ell, t):  # C_l^nu(t) / C_l^nu(1); Chebyshev T_l on S^1
         if d == 2:
-            P = lambda t: special.eval_chebyt(ell, t)
-        else:
-            P = lambda t: special.eval_gegenbauer(ell, nu, t) / special.eval_gegenbauer(ell, nu, 1.0)
-        val = integrate.quad(lambda t: np.exp(beta * (t - 1)) * P(t), -1, 1, weight="alg",
+            return special.eval_chebyt(ell, t)
+        return special.eval_gegenbauer(ell, nu, t) / special.eval_gegenbauer(ell, nu, 1.0)
+
+    for ell in range(0, 7):
+        def integrand(t, ell=ell):
+            return np.exp(beta * (t - 1)) * normalized_polynomial(ell, t)
+
+        val = integrate.quad(integrand, -1, 1, weight="alg",
                              wvar=((d - 3) / 2, (d - 3) / 2), epsabs=0, epsrel=1e-13, limit=200)[0]
         ref = ratio * val * np.exp(beta)
         # quad reaches ~1e-13 relative; cancellation in the oscillating integrand for larger ell
@@ -131,7 +141,8 @@ def test_equiangular_rates_near_one():
     # 1 - rho decays at rate 2 (SA) and 2 e^beta (USA) near rho = 1 (docs/theory.md §3.8).
     n, beta, eps = 4, 1.5, 1e-7
     assert exact.equiangular_rhs(1 - eps, n, beta, "SA") / eps == pytest.approx(2.0, rel=1e-5)
-    assert exact.equiangular_rhs(1 - eps, n, beta, "USA") / eps == pytest.approx(2 * np.exp(beta), rel=1e-5)
+    assert exact.equiangular_rhs(1 - eps, n, beta, "USA") / eps == pytest.approx(
+        2 * np.exp(beta), rel=1e-5)
     # Pre-LN: 1 - rho ~ 1/t^2 — the product t^2 (1 - rho) levels off.
     t = np.array([1e3, 4e3])
     rho = exact.equiangular_solution(0.2, n, beta, t, kind="pre-ln")

@@ -15,7 +15,8 @@ IDENTITY = {"model": {"matrices": "identity", "d": 8}, "initial": {"kind": "unif
 def test_identity_scenario_in_dimension_8_validates_and_builds():
     cfg = validate_config(IDENTITY)
     model = build_model(cfg, 2.0)
-    assert model.d == 8 and np.array_equal(model.V, np.eye(8)) and np.array_equal(model.B, np.eye(8))
+    assert model.d == 8
+    assert np.array_equal(model.V, np.eye(8)) and np.array_equal(model.B, np.eye(8))
 
 
 @pytest.mark.parametrize("change, key", [
@@ -31,7 +32,7 @@ def test_invalid_dimension_settings_name_the_key(change, key):
         validate_config(user)
 
 
-def test_distance_to_the_nearest_dirac_is_attained_at_the_mean_direction():
+def test_distance_to_the_nearest_dirac_is_attained_at_the_mean_direction(sphere_points):
     x = sp.measures.VonMisesFisher([0.0, 0.0, 1.0], 3.0).sample(200, seed=4)
     w = np.random.default_rng(4).random(200)
     mu = sp.PointCloud(x, w / w.sum())
@@ -41,7 +42,7 @@ def test_distance_to_the_nearest_dirac_is_attained_at_the_mean_direction():
     # against a Dirac the only coupling is the product one: the exact solver must agree (1e-12:
     # round-off of sums of 200 terms)
     assert d == pytest.approx(float(sp.w2(mu, sp.PointCloud(y[None, :])).value), abs=1e-12)
-    others = sp.measures.Uniform(3).sample(50, seed=5)
+    others = sphere_points(50, 3, seed=5)
     assert all(d <= float(sp.w2(mu, sp.PointCloud(z[None, :])).value) + 1e-12 for z in others)
     # one cluster: 0 up to the round-off of normalizing its mean (a few ulps of 1), where the
     # form 2 - 2|m| would leave ~1e-8

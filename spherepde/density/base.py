@@ -101,8 +101,10 @@ def _check_number(key, val, ok, bound):
 class DensitySolver:
     """Base of the density solvers: input checks, the time loop, resolution stops, diagnostics.
 
-    Parameters (shared by every subclass)
-    -------------------------------------
+    Every subclass takes the parameters below.
+
+    Parameters
+    ----------
     model : :class:`spherepde.Model`
     scheme : name in :data:`spherepde.timestepping.SCHEMES`
         Default "dopri5": adaptive with ``rtol``/``atol`` (atol relative to the largest entry

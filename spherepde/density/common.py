@@ -50,8 +50,10 @@ class SpectralDensitySolver(DensitySolver):
     dealiased grid, its weights, ``values(y)``), a subclass sets :attr:`degrees`, the degree of
     every coefficient (for the filter).
 
-    Parameters (besides those of the base)
-    --------------------------------------
+    It takes these parameters besides those of the base.
+
+    Parameters
+    ----------
     degree : int >= 1, named ``degree_name`` in messages
     filter_strength, filter_order : hyperviscosity :math:`\\nu_\\ell = s U_0 (\\ell/L)^p`
     dealias : oversampling of the flux grid (>= 1.5, the 3/2 rule)

@@ -617,8 +617,10 @@ class EdgeVelocity:
 class FiniteVolumeSolution(DensitySolution):
     r"""Cell masses at the output times of a finite-volume solve.
 
-    Attributes (besides those of :class:`spherepde.density.base.DensitySolution`)
-    ------------------------------------------------------------------------------
+    Besides those of :class:`spherepde.density.base.DensitySolution`, it has these attributes.
+
+    Attributes
+    ----------
     masses : (T, n_cells) cell masses :math:`\int_K\rho_t\, dA` (the ``coefficients``)
     n : int, the mesh (``mesh`` builds it on first use)
     limiter, reconstruction : the scheme's reconstruction and limiter (used by :meth:`density`)

@@ -53,7 +53,9 @@ def real_inner(a, b, m):
 class SpectralSolution(DensitySolution):
     r"""The densities at the output times of :meth:`SpectralSolver.solve`.
 
-    Attributes (besides those of :class:`spherepde.density.base.DensitySolution`)
+    Besides those of :class:`spherepde.density.base.DensitySolution`, it has these attributes.
+
+    Attributes
     ----------
     coefficients : (T, nlm) complex, real-harmonic coefficients in the m-major layout of
         :func:`spherepde.transforms.sht.lm_arrays`

@@ -210,9 +210,9 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         ``to_point_cloud()``, ``(points, weights)`` pairs, (n, d) arrays.
     cost : {"chordal", "geodesic"}
         :math:`|x-y|^2` or :math:`\arccos(\langle x,y\rangle)^2`.
-    method : {"auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized",
-              "sparse"}
-        "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
+    method : str
+        One of "auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn",
+        "quantized", "sparse". "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
         atoms; then, for the chordal cost, circle when a side lies on a great circle (in
         ``plane`` when given) unless tol < 1e-5 asks for the exact LP, falling back to the
         next choice when its bracket is wider than tol; exact up to n·m =
