@@ -92,7 +92,7 @@ def test_read_only_location(tiny, tmp_path, capsys, monkeypatch):
 
 def test_unwritable_existing_folder(tiny, tmp_path, capsys, monkeypatch):
     out = tmp_path / "o"
-    (out / "runs").mkdir(parents=True)
+    out.mkdir()
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else
                         real_access(p, mode))
