@@ -104,6 +104,8 @@ def _run(args) -> int:
                       EXIT_BAD_INPUT)
     except (FloatingPointError, StepSizeError) as exc:
         return _error(f"the run stopped: {exc}", EXIT_NUMERICS)
+    except ValueError as exc:  # a solver refusing the scenario's settings (e.g. lmax too low)
+        return _error(f"the scenario cannot run: {exc}", EXIT_BAD_INPUT)
     print(res["summary"])
     n = len(res["runs"])
     if res["reused"]:
@@ -152,9 +154,12 @@ def _sweep(args) -> int:
         return _error(f"--workers must be >= 1; got {args.workers}", EXIT_BAD_INPUT)
     try:
         res = run_sweep(args.config, scheduler=args.scheduler, n_workers=args.workers,
-                        out=args.out, progress=not args.quiet)
+                        out=args.out, progress=not args.quiet, force=args.force)
     except (SweepError, ConfigError) as exc:
         return _error(f"invalid sweep: {exc}", EXIT_BAD_INPUT)
+    except RecursionError:
+        return _error("invalid sweep: the file nests arrays or tables too deeply to read",
+                      EXIT_BAD_INPUT)
     except OSError as exc:  # scheduler unreachable, folder not writable
         return _error(f"the sweep could not run: {exc}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:
