@@ -19,6 +19,7 @@ import errno
 import json
 import math
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["atomic_path", "save_npz", "load_npz", "write_text", "write_json", "to_json",
-           "remove_partial", "FolderLock", "FolderBusyError", "save_dataset", "open_dataset",
+           "remove_partial", "FolderLock", "FolderBusyError", "LinkError", "refuse_link",
+           "Manifest", "FolderNotOwnedError", "save_dataset", "open_dataset",
            "model_attrs", "model_from_attrs", "settings_attrs", "settings_from_attrs",
            "time_coord"]
 
@@ -45,18 +47,46 @@ def _umask() -> int:
     return mask
 
 
+class LinkError(OSError):
+    """A file or folder that spherepde would write is a symbolic link; it is never followed, so
+    that a link planted in an output folder cannot make a run write or truncate another file."""
+
+
+def refuse_link(path) -> Path:
+    """``path``, after checking that it is not a symbolic link (dangling or not).
+
+    Raises :class:`LinkError` naming the link and its target.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise LinkError(errno.ELOOP, f"{path} is a symbolic link (to {os.readlink(path)}); "
+                        "spherepde does not write through links: remove it or give another "
+                        "folder", str(path))
+    return path
+
+
 @contextmanager
 def atomic_path(path, suffix: str = ""):
     """Yield a temporary path next to ``path``; move it onto ``path`` when the block succeeds.
 
-    ``suffix`` is accepted for compatibility; the temporary name always ends in ``.part``.
+    Neither ``path`` nor its folder may be a symbolic link (:class:`LinkError`): the temporary
+    file is created exclusively (``mkstemp``) and ``os.replace`` swaps the name, so no existing
+    file outside the folder is ever opened for writing. ``suffix`` is accepted for
+    compatibility; the temporary name always ends in ``.part``.
     """
     path = Path(path)
+    refuse_link(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
-        yield Path(tmp)
+        try:
+            yield Path(tmp)
+        except OSError as exc:  # e.g. a full disk: say which file could not be written
+            if exc.filename is None and exc.errno is not None:
+                raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+            raise
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
@@ -64,20 +94,34 @@ def atomic_path(path, suffix: str = ""):
             os.unlink(tmp)
 
 
-def remove_partial(folder) -> int:
-    """Delete the temporary files that killed writers left in ``folder``; returns how many.
+def remove_partial(folder, names) -> int:
+    """Delete the temporary files that killed writers of ``names`` left in ``folder``; returns
+    how many.
 
-    Call it only while holding the folder's :class:`FolderLock`: a live writer's file would
-    otherwise be removed under it.
+    Only the temporary files of the given names (``.NAME.XXXXXXXX.part``, as
+    :func:`atomic_path` makes them) are removed, never another ``.part`` file, and never
+    through a symbolic link. Call it only while holding the folder's :class:`FolderLock`: a
+    live writer's file would otherwise be removed under it.
     """
     n = 0
-    for p in Path(folder).glob(f".*{PARTIAL_SUFFIX}"):
-        try:
-            p.unlink()
-            n += 1
-        except FileNotFoundError:  # pragma: no cover - removed by someone else meanwhile
-            pass
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return 0
+    for name in names:
+        for p in folder.glob(f".{glob_escape(name)}.{'[!.]' * 8}{PARTIAL_SUFFIX}"):
+            if p.is_symlink() or not p.is_file():
+                continue
+            try:
+                p.unlink()
+                n += 1
+            except FileNotFoundError:  # pragma: no cover - removed by someone else meanwhile
+                pass
     return n
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with the glob metacharacters escaped (``[`` ``*`` ``?`` taken literally)."""
+    return re.sub(r"([\[\]*?])", r"[\1]", name)
 
 
 def save_npz(path, /, **arrays) -> Path:
@@ -161,7 +205,15 @@ class FolderLock:
     def __enter__(self):
         import fcntl
 
-        fh = open(self.path, "a+")
+        # O_NOFOLLOW: a ``.lock`` that is a symbolic link is refused, never opened (and then
+        # truncated) through the link.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or self.path.is_symlink():
+                refuse_link(self.path)
+            raise
+        fh = os.fdopen(fd, "r+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -188,6 +240,115 @@ class FolderLock:
             self._fh.close()
             self._fh = None
         return False
+
+
+# ---------------------------------------------------------------------------- folder ownership
+#: The file that marks a folder as spherepde's and lists what spherepde wrote there.
+MANIFEST_NAME = ".spherepde-manifest.json"
+
+
+class FolderNotOwnedError(OSError):
+    """A non-empty folder that spherepde did not create (it has no manifest), or one that holds
+    another kind of output; the message names what is there."""
+
+
+class Manifest:
+    """What spherepde wrote into one output folder: ``<folder>/.spherepde-manifest.json``.
+
+    spherepde deletes or replaces only the files listed here (and the temporary files of
+    their names), so that a user's own file in an output folder is never touched. A name is
+    added *before* its file is written: a crash in between leaves a listed name without a
+    file, which is harmless, never an unlisted file of spherepde's.
+
+    Parameters
+    ----------
+    folder : the output folder (it need not exist yet)
+    kind : what the folder holds ("run", "sweep"); a folder of another kind is refused
+    """
+
+    def __init__(self, folder, kind: str):
+        self.folder = Path(folder)
+        self.kind = kind
+        self.files: set[str] = set()
+        self._saved = False
+
+    @property
+    def path(self) -> Path:
+        return self.folder / MANIFEST_NAME
+
+    @classmethod
+    def open(cls, folder, kind: str, force: bool = False, override: str = "force=True"):
+        """The manifest of ``folder``, checking that spherepde may write there: the folder is
+        absent, empty, already spherepde's (of this ``kind``), or ``force`` is given.
+
+        Reads only; nothing is written until :meth:`add`. Raises :class:`LinkError` when the
+        folder or its manifest is a symbolic link and :class:`FolderNotOwnedError` (naming what
+        is there and ``override``, the option that takes the folder over) otherwise.
+        """
+        self = cls(folder, kind)
+        refuse_link(self.folder)
+        if not self.folder.is_dir():
+            return self
+        refuse_link(self.path)
+        if self.path.is_file():
+            try:
+                doc = json.loads(self.path.read_text(encoding="utf-8"))
+                listed, owner = doc["files"], doc["kind"]
+                if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
+                    raise TypeError("files is not a list of names")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise FolderNotOwnedError(
+                    errno.EEXIST, f"the manifest {self.path} is damaged ({exc}); remove it and "
+                    f"use {override} if the files there may be replaced, or give another folder",
+                    str(self.path)) from None
+            if owner != kind and not force:
+                raise FolderNotOwnedError(
+                    errno.EEXIST, f"{self.folder} holds the output of a spherepde {owner}, not "
+                    f"of a {kind}; give another folder (or {override})", str(self.folder))
+            self.files = set(listed)
+            self._saved = True
+            return self
+        # a lone lock file: a run that holds the folder and has not written its manifest yet
+        present = sorted(p.name for p in self.folder.iterdir() if p.name != ".lock")
+        if present and not force:
+            shown = ", ".join(present[:5]) + (f" and {len(present) - 5} more"
+                                              if len(present) > 5 else "")
+            raise FolderNotOwnedError(
+                errno.EEXIST, f"{self.folder} is not empty and was not created by spherepde "
+                f"(it holds {shown}); give an empty or new folder, or {override} to write "
+                "there (files of the names spherepde writes are then replaced)",
+                str(self.folder))
+        return self
+
+    def owns(self, name: str) -> bool:
+        """Whether spherepde wrote ``name`` (relative to the folder)."""
+        return name in self.files
+
+    def add(self, *names: str) -> None:
+        """List ``names`` (relative paths) before writing them; saves the manifest at once."""
+        new = set(names) - self.files
+        if new or not self._saved:
+            self.files |= new
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_text(self.path, to_json({"kind": self.kind, "files": sorted(self.files)}) + "\n")
+            self._saved = True
+
+    def remove(self, name: str) -> bool:
+        """Delete ``name`` when spherepde wrote it (never a link's target); returns whether a
+        file was deleted."""
+        p = self.folder / name
+        if not self.owns(name) or not p.is_file() or p.is_symlink():
+            return False
+        p.unlink()
+        return True
+
+    def remove_partial(self, subfolder: str = "") -> int:
+        """Delete the temporary files that killed writers of listed names left behind in
+        ``subfolder`` (see :func:`remove_partial`)."""
+        prefix = f"{subfolder}/" if subfolder else ""
+        names = [f[len(prefix):] for f in self.files
+                 if f.startswith(prefix) and "/" not in f[len(prefix):]]
+        return remove_partial(self.folder / subfolder if subfolder else self.folder, names)
 
 
 # ---------------------------------------------------------------------------- xarray / NetCDF

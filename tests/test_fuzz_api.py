@@ -162,3 +162,16 @@ def test_w2(data):
         # W2 between probability measures on the unit sphere: 0 <= W2 <= chordal diameter 2
         # (pi for the geodesic cost), up to Sinkhorn's stated bias
         assert -1e-9 <= value <= (math.pi if cost == "geodesic" else 2.0) + 1e-6
+
+
+# ---------------------------------------------------------------------------- hang guards
+@settings(FUZZ, max_examples=30)
+@given(st.sampled_from([-1, 0, 1, 2, 4, 8, 1025, 10**4, 10**6, 10**9]),
+       st.sampled_from([1e-300, 1e-12, 1e-3, 1.0, 10.0, math.nan]))
+def test_spectral_solver_with_extreme_settings_answers_in_bounded_time(lmax, rtol):
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]))
+    solver = attempt(lambda: sp.SpectralSolver(model, lmax=lmax, rtol=rtol), numeric=False,
+                     label="SpectralSolver")
+    if solver is REFUSED:
+        return
+    attempt(lambda: solver.solve(sp.measures.Uniform(3), [0.0, 1e-3]).times, label="solve")

@@ -258,3 +258,91 @@ def test_invalid_documents_exit_2_naming_the_key(case):
     assert code == 2, (doc, msg)
     assert "Traceback" not in msg and len(msg.strip().splitlines()) == 1, msg
     assert key in msg, (key, msg)
+
+
+# ----------------------------------------------------------------------------- sweep files
+def _one_line_exit_2(argv_tail, text):
+    err = _io.StringIO()
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "s.toml"
+        p.write_text(text, encoding="utf-8")
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(_io.StringIO()):
+            code = main([argv_tail[0], str(p), "--out", str(Path(d) / "o"), "--quiet"])
+        assert not (Path(d) / "o" / "tasks").exists()  # refused before computing anything
+    msg = err.getvalue()
+    assert code == 2, msg
+    assert "Traceback" not in msg and len(msg.strip().splitlines()) == 1, msg
+    return msg
+
+
+scalars = st.one_of(st.integers(), st.floats(allow_nan=False), text, st.booleans(),
+                    st.lists(st.integers(), max_size=3))
+
+
+@st.composite
+def invalid_sweeps(draw):
+    """A small valid sweep document with one section or key of a wrong type or value."""
+    doc = {"sweep": {"solver": "particles"},
+           "base": {"particles": {"n": 20}, "spectral": {"enabled": False}},
+           "axes": {"run.betas": [1.0, 4.0], "particles.n": [20, 24]}}
+    where = draw(st.sampled_from(["sweep", "axes", "sweep.base", "sweep.out", "sweep.solver",
+                                  "sweep.measures", "sweep.cluster_tol", "sweep.phase",
+                                  "sweep.phase.x", "sweep.phase.measure", "axis value",
+                                  "axis nested"]))
+    value = draw(scalars)
+    if where in ("sweep", "axes"):
+        doc[where] = value
+    elif where == "axis value":
+        doc["axes"]["run.betas"] = value if not isinstance(value, list) or not value else [[1.0]]
+    elif where == "axis nested":
+        doc["axes"]["run.betas"] = [draw(st.lists(st.floats(0.5, 9), min_size=2, max_size=3))]
+    elif where.startswith("sweep.phase."):
+        doc["sweep"]["phase"] = {where.rsplit(".", 1)[1]: value}
+    else:
+        key = where.split(".", 1)[1]
+        if key == "cluster_tol" and isinstance(value, (int, float)) and 0 < value < 2:
+            value = 5.0
+        if key == "solver" and value in ("particles", "spectral", "finite_volume"):
+            value = 3
+        if key == "measures" and isinstance(value, list) and not value:
+            value = 7
+        if key == "out" and isinstance(value, str):  # any text is a folder name
+            value = 7
+        doc["sweep"][key] = value
+    return doc
+
+
+def sweep_document(doc) -> str:
+    lines = [f"{toml_string(k)} = {toml_value(v)}" for k, v in doc.items()
+             if not isinstance(v, dict)]
+    for section, table in doc.items():
+        if not isinstance(table, dict):
+            continue
+        lines.append(f"[{toml_string(section)}]")
+        for k, v in table.items():
+            if isinstance(v, dict) and section != "axes":
+                continue
+            lines.append(f"{toml_string(k)} = {toml_value(v)}")
+        for k, v in table.items():
+            if isinstance(v, dict) and section != "axes":
+                lines.append(f"[{toml_string(section)}.{toml_string(k)}]")
+                lines += [f"{toml_string(a)} = {toml_value(b)}" for a, b in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+@settings(FUZZ, max_examples=120)
+@given(invalid_sweeps())
+def test_invalid_sweep_files_exit_2_in_one_line(doc):
+    _one_line_exit_2(["sweep"], sweep_document(doc))
+
+
+@settings(FUZZ, max_examples=20)
+@given(st.integers(1000, 20000), st.sampled_from(["run", "sweep"]),
+       st.sampled_from(["array", "inline table"]))
+def test_deep_nesting_exits_2_in_one_line(depth, command, shape):
+    if shape == "array":
+        value = "[" * depth + "]" * depth
+    else:
+        value = "{a = " * depth + "1" + "}" * depth
+    msg = _one_line_exit_2([command], f"x = {value}\n")
+    assert "too deeply" in msg or "not valid TOML" in msg

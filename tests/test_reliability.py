@@ -92,7 +92,7 @@ def test_read_only_location(tiny, tmp_path, capsys, monkeypatch):
 
 def test_unwritable_existing_folder(tiny, tmp_path, capsys, monkeypatch):
     out = tmp_path / "o"
-    (out / "runs").mkdir(parents=True)
+    out.mkdir()
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else
                         real_access(p, mode))
@@ -319,3 +319,226 @@ def test_runs_computed_in_a_process_pool_equal_runs_computed_here(tiny, tmp_path
         sorted(p.name for p in (tmp_path / "a" / "runs").iterdir())
     with pytest.raises(ValueError, match="workers must be >= 1"):
         scenario.run_scenario(str(tiny), out=tmp_path / "c", progress=False, workers=0)
+
+
+# ---------------------------------------------------------------------------- hostile folders
+def _tree(root):
+    """{relative path: bytes or link target} of everything under ``root`` (links not followed)."""
+    out = {}
+    for p in sorted(Path(root).rglob("*")):
+        key = str(p.relative_to(root))
+        out[key] = ("link", os.readlink(p)) if p.is_symlink() else (
+            p.read_bytes() if p.is_file() else "dir")
+    return out
+
+
+@pytest.mark.parametrize("planted", [".lock", "summary.md", "runs"])
+def test_a_planted_link_is_refused_and_its_target_untouched(planted, tiny, tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_text("DATA\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    io.Manifest(out, "run").add()  # spherepde's own folder: only the link is hostile
+    os.symlink(victim if planted != "runs" else outside, out / planted)
+    before = _tree(outside)
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet", "--no-figures"],
+                           capsys)
+    assert code == 2 and "symbolic link" in err
+    assert_one_line_error(err)
+    assert _tree(outside) == before and victim.read_text() == "DATA\n"
+
+
+def test_an_output_folder_that_is_a_link_is_refused(tiny, tmp_path, capsys):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(target, tmp_path / "o")
+    code, _, err = run_cli(["run", str(tiny), "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert code == 2 and "symbolic link" in err
+    assert_one_line_error(err)
+    assert list(target.iterdir()) == []
+
+
+def test_a_foreign_folder_is_refused_until_forced_and_keeps_the_users_files(tiny, tmp_path,
+                                                                               capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes")
+    (out / "particles.png").write_bytes(b"my picture")  # a figure's name
+    (out / ".draft.part").write_text("my partial file")
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet", "--no-figures"],
+                           capsys)
+    assert code == 2 and "notes.txt" in err and "--force" in err
+    assert_one_line_error(err)
+    assert sorted(p.name for p in out.iterdir()) == [".draft.part", "notes.txt", "particles.png"]
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet", "--no-figures",
+                            "--force"], capsys)
+    assert code == 0, err
+    # --no-figures deletes only figures spherepde drew; the partial-file cleanup only its own
+    assert (out / "particles.png").read_bytes() == b"my picture"
+    assert (out / ".draft.part").read_text() == "my partial file"
+    assert (out / "notes.txt").read_text() == "my notes"
+    assert (out / "summary.md").exists() and (out / "results.nc").exists()
+
+
+def test_a_folder_of_another_scenario_is_reused_and_user_files_survive(tiny, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)[0] == 0
+    assert (out / "particles.png").exists()
+    (out / "mine.txt").write_text("mine")
+    (out / "runs" / ".x.part").write_text("mine too")
+    other = tiny.with_name("other.toml")
+    other.write_text(TINY.replace("n = 30", "n = 20"))
+    code, _, err = run_cli(["run", str(other), "--out", str(out), "--quiet", "--no-figures"],
+                           capsys)
+    assert code == 0, err
+    assert not (out / "particles.png").exists()  # spherepde's figure of the earlier scenario
+    assert (out / "mine.txt").read_text() == "mine"
+    assert (out / "runs" / ".x.part").read_text() == "mine too"
+
+
+def test_only_partial_files_of_spherepde_names_are_cleaned(tmp_path):
+    m = io.Manifest(tmp_path, "run")
+    m.add("summary.md")
+    ours = tmp_path / ".summary.md.abcd1234.part"
+    theirs = tmp_path / ".notes.txt.abcd1234.part"
+    ours.write_text("x")
+    theirs.write_text("y")
+    assert m.remove_partial() == 1
+    assert not ours.exists() and theirs.exists()
+
+
+def test_lock_through_a_link_is_refused(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("DATA\n")
+    (tmp_path / "o").mkdir()
+    os.symlink(victim, tmp_path / "o" / ".lock")
+    with pytest.raises(io.LinkError, match="symbolic link"):
+        with io.FolderLock(tmp_path / "o"):
+            pass
+    assert victim.read_text() == "DATA\n"
+
+
+# ---------------------------------------------------------------------------- write faults
+def _fake_ffmpeg(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "ffmpeg"
+    exe.write_text("#!/bin/sh\necho 'ffmpeg: broken' >&2\nexit 1\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "animation.ffmpeg_path", str(exe))
+
+
+def test_a_failing_ffmpeg_is_a_warning_and_the_results_are_written(tiny, tmp_path, capsys,
+                                                                   monkeypatch):
+    _fake_ffmpeg(tmp_path, monkeypatch)
+    out = tmp_path / "o"
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 0, err
+    warn = [ln for ln in err.splitlines() if "animation.mp4" in ln]
+    assert len(warn) == 1 and "not written" in warn[0] and "Traceback" not in err
+    assert (out / "results.nc").exists() and (out / "summary.md").exists()
+    assert (out / "animation.gif").exists() and not (out / "animation.mp4").exists()
+    assert not (out / scenario.IN_PROGRESS).exists()
+    code, outp, err = run_cli(["plot", str(out)], capsys)  # and plot alike
+    assert code == 0 and "animation.mp4" in err and "Traceback" not in err
+
+
+def test_figures_that_cannot_be_written_leave_the_results(tiny, tmp_path, capsys, monkeypatch):
+    # Root ignores permission bits: a figure's write fails as a read-only or full disk answers
+    from spherepde.app import plotting
+
+    def refuse(fig, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(plotting, "_save", refuse)
+    out = tmp_path / "o"
+    code, _, err = run_cli(["run", str(tiny), "--out", str(out), "--quiet"], capsys)
+    assert code == 0, err
+    assert "No space left on device" in err and "w2_to_limit.png" in err
+    assert (out / "results.nc").exists() and "Not written" in (out / "summary.md").read_text()
+    assert not (out / scenario.IN_PROGRESS).exists()
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_folder_consistent(tiny, tmp_path, capsys):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        code, _, err = run_cli(["run", str(tiny), "--out", str(mnt / "o"), "--quiet"], capsys)
+        # the figures do not fit: warnings, with the results and the summary written; or not
+        # even the results fit: one line that names the file
+        if code == 0:
+            assert (mnt / "o" / "results.nc").exists() and (mnt / "o" / "summary.md").exists()
+            assert "not written" in err and "Traceback" not in err
+        else:
+            assert code == 2 and str(mnt) in err
+            assert_one_line_error(err)
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+# ---------------------------------------------------------------------------- cost
+def test_an_hours_long_scenario_is_refused_with_the_estimate_unless_confirmed(tmp_path, capsys,
+                                                                              monkeypatch):
+    p = tmp_path / "long.toml"
+    p.write_text('[model]\neigenvalues = [100.0, 99.0, -100.0]\n[run]\nt_end = 1000.0\n'
+                 '[finite_volume]\nn = 4\n')
+    code, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert code == 2 and "hours" in err and "--yes" in err and "lower" in err
+    assert_one_line_error(err)
+    assert not (tmp_path / "o").exists()
+    called = []
+    monkeypatch.setattr(scenario, "_prepare_folder", lambda *a: called.append(a) or
+                        (_ for _ in ()).throw(scenario.OutputError("stop here")))
+    code, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "o"), "--quiet", "--yes"],
+                           capsys)
+    assert called and "stop here" in err  # --yes goes past the estimate
+
+
+def test_the_tiny_scenario_is_estimated_in_seconds(tiny):
+    from spherepde.app import cost
+    from spherepde.app.config import load_config
+
+    assert cost.refuse_if_too_long(load_config(tiny)) < 60
+
+
+def test_an_unresolved_cap_names_the_lmax_it_needs(tmp_path, capsys):
+    p = tmp_path / "sharp.toml"
+    p.write_text(TINY.replace("[spectral]\nenabled = false", "[spectral]\nlmax = 8")
+                 + "[initial]\nkappa = 1e4\n")
+    code, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "o"), "--quiet"], capsys)
+    assert code == 2 and "cannot resolve" in err and "lmax" in err
+    assert_one_line_error(err)
+
+
+def test_deep_nesting_is_one_line(tmp_path, capsys):
+    p = tmp_path / "deep.toml"
+    p.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, _, err = run_cli(["run", str(p), "--quiet"], capsys)
+    assert code == 2 and "too deeply" in err
+    assert_one_line_error(err)
+
+
+def test_a_fifo_or_a_link_loop_is_named(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.toml")
+    os.symlink(tmp_path / "loop.toml", tmp_path / "loop.toml")
+    for name, what in (("pipe.toml", "pipe"), ("loop.toml", "loop of links")):
+        code, _, err = run_cli(["run", str(tmp_path / name), "--quiet"], capsys)
+        assert code == 2 and what in err
+        assert_one_line_error(err)
+
+
+def test_the_app_solvers_are_a_registry():
+    from spherepde.registry import Registry
+
+    assert isinstance(scenario.SOLVER_ENTRIES, Registry)
+    assert tuple(scenario.SOLVER_ENTRIES.names()) == scenario.SOLVERS
+    with pytest.raises(ValueError, match="particles"):
+        scenario.Task("nope", 1.0, validate_config({})).resolution

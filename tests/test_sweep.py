@@ -93,3 +93,85 @@ def test_invalid_sweep_file_names_the_key(tmp_path, capsys):
     assert main(["sweep", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "particles.count" in err and "not a scenario key" in err
+
+
+def _toml(doc, prefix="") -> str:
+    """A small TOML writer for the sweep files of these tests (values as JSON, which TOML
+    reads for numbers, strings, booleans and arrays)."""
+    import json
+
+    lines, tables = [], []
+    for k, v in doc.items():
+        key = json.dumps(k) if "." in k else k
+        if isinstance(v, dict):
+            tables.append((f"{prefix}{key}", v))
+        else:
+            lines.append(f"{key} = {json.dumps(v)}")
+    text = "\n".join(lines) + "\n"
+    for name, table in tables:
+        text += f"[{name}]\n" + _toml(table, f"{name}.")
+    return text
+
+
+def test_a_damaged_task_file_is_recomputed(finished):
+    sweep, _ = finished
+    victim = sorted((sweep.out / "tasks").glob("*.nc"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated, as a killed copy leaves it
+    res = run_sweep(sweep, n_workers=1, progress=False)
+    assert len(res["done"]) == 1 and len(res["skipped"]) == 3 and not res["failed"]
+    assert io.open_dataset(victim).attrs["task_id"] == victim.stem
+
+
+def test_a_second_sweep_on_a_locked_folder_is_refused(finished):
+    sweep, _ = finished
+    with io.FolderLock(sweep.out):
+        with pytest.raises(SweepError, match="another spherepde sweep"):
+            run_sweep(sweep, n_workers=1, progress=False)
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"sweep": 3}, "sweep must be a table"),
+    ({"sweep": {"base": 5}}, "sweep.base must be a path"),
+    ({"sweep": {"out": 7}}, "sweep.out must be a path"),
+    ({"axes": 3}, "axes must be a table"),
+    ({"sweep": {"phase": "x"}}, "sweep.phase must be a table"),
+    ({"sweep": {"phase": {"x": ["a"]}}}, "is not an axis"),
+    ({"sweep": {"measures": 5}}, "sweep.measures must be a list"),
+    ({"sweep": {"phase": {"x": "run.betas", "y": "run.betas"}}}, "two different axes"),
+    ({"axes": {"run.betas": [[4.0, 16.0]]}}, "one beta per point"),
+])
+def test_wrong_types_in_the_sweep_file_are_one_line(doc, words, tmp_path, capsys):
+    from spherepde.app.cli import main
+
+    full = {"base": {"particles": {"n": 24}, "spectral": {"enabled": False}},
+            "axes": {"run.betas": [1.0, 4.0], "particles.n": [20, 24]}}
+    full.update({k: v for k, v in doc.items()})
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(full))
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o" / "tasks").exists()  # refused before computing anything
+
+
+@pytest.mark.parametrize("address", ["bogus://127.0.0.1:1", "tcp://127.0.0.1:notaport"])
+def test_a_bad_scheduler_address_is_one_line(address, tmp_path, capsys):
+    from spherepde.app.cli import main
+
+    p = tmp_path / "s.toml"
+    p.write_text(_toml({"base": {"particles": {"n": 24}, "spectral": {"enabled": False}},
+                        "axes": {"run.betas": [1.0]}}))
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--quiet",
+                 "--scheduler", address]) == 2
+    err = capsys.readouterr().err
+    assert "scheduler" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_deep_nesting_in_a_sweep_file_is_one_line(tmp_path, capsys):
+    from spherepde.app.cli import main
+
+    p = tmp_path / "deep.toml"
+    p.write_text("[axes]\n\"run.betas\" = " + "[" * 5000 + "]" * 5000 + "\n")
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "too deeply" in err and len(err.strip().splitlines()) == 1

@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--no-figures", dest="figures", action="store_false",
                      help="skip the figures (results.npz, summary.md and scenario.json only)")
+    run.add_argument("--force", action="store_true",
+                     help="write into a non-empty folder that spherepde did not create (files "
+                          "of the names it writes are replaced there)")
+    run.add_argument("--yes", action="store_true",
+                     help="run even when the scenario's estimated cost is hours")
     run.add_argument("--workers", type=int, default=None,
                      help="processes computing runs side by side (default: one per core for "
                           "scenarios large enough to repay starting them, else 1)")
@@ -49,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", default=None,
                       help="folder for the figures (default: the folder of results.nc)")
     plot.add_argument("--no-animation", action="store_true", help="skip the GIF/MP4 animation")
+    plot.add_argument("--force", action="store_true",
+                      help="write into a non-empty folder that spherepde did not create")
     plot.set_defaults(handler=_plot)
 
     sweep = sub.add_parser("sweep", help="run a parameter sweep on Dask (see docs/sweeps.md)")
@@ -59,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--workers", type=int, default=None,
                        help="number of local workers (default: one per core)")
     sweep.add_argument("--out", default=None, help="output folder (default: [sweep] out)")
+    sweep.add_argument("--force", action="store_true",
+                       help="write into a non-empty folder that spherepde did not create")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(handler=_sweep)
 
@@ -75,7 +84,7 @@ def _run(args) -> int:
         if args.workers is not None and args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}", EXIT_BAD_INPUT)
         res = run_scenario(args.config, out=args.out, fresh=args.fresh, progress=not args.quiet,
-                           figures=args.figures,
+                           figures=args.figures, force=args.force, yes=args.yes,
                            workers="auto" if args.workers is None else args.workers)
     except ConfigError as exc:
         return _error(f"invalid scenario: {exc}", EXIT_BAD_INPUT)
@@ -90,8 +99,13 @@ def _run(args) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         return _error(f"cannot write the results{where}: {exc.strerror or exc}",
                       EXIT_BAD_INPUT)
+    except RecursionError:
+        return _error("invalid scenario: the file nests arrays or tables too deeply to read",
+                      EXIT_BAD_INPUT)
     except (FloatingPointError, StepSizeError) as exc:
         return _error(f"the run stopped: {exc}", EXIT_NUMERICS)
+    except ValueError as exc:  # a solver refusing the scenario's settings (e.g. lmax too low)
+        return _error(f"the scenario cannot run: {exc}", EXIT_BAD_INPUT)
     print(res["summary"])
     n = len(res["runs"])
     if res["reused"]:
@@ -102,10 +116,10 @@ def _run(args) -> int:
 
 
 def _plot(args) -> int:
-    from pathlib import Path
-
+    from .. import io
     from .plotting import plot_results
     from .results import load_results
+    from .scenario import FIGURE_NAMES, FORCE_FLAG
 
     try:
         ds = load_results(args.results)
@@ -114,13 +128,23 @@ def _plot(args) -> int:
     src = Path(args.results)
     folder = Path(args.out) if args.out else (src if src.is_dir() else src.parent)
     try:
-        written = plot_results(ds, folder, animate=not args.no_animation)
+        manifest = io.Manifest.open(folder, "run", force=args.force, override=FORCE_FLAG)
+        folder.mkdir(parents=True, exist_ok=True)
+        with io.FolderLock(folder):  # a run writing the folder meanwhile is waited for
+            names = FIGURE_NAMES if not args.no_animation else FIGURE_NAMES[:4]
+            manifest.add(*names)
+            written = plot_results(ds, folder, animate=not args.no_animation,
+                                   warn=lambda text: print(f"spherepde: {text}",
+                                                           file=sys.stderr))
+    except io.FolderBusyError as exc:
+        return _error(f"{exc}: a spherepde run is writing there; plot when it has finished",
+                      EXIT_BAD_INPUT)
     except OSError as exc:
         return _error(f"cannot write the figures to {folder}: {exc.strerror or exc}",
                       EXIT_BAD_INPUT)
     for path in written:
         print(path)
-    return 0
+    return 0 if written else 1
 
 
 def _sweep(args) -> int:
@@ -130,9 +154,12 @@ def _sweep(args) -> int:
         return _error(f"--workers must be >= 1; got {args.workers}", EXIT_BAD_INPUT)
     try:
         res = run_sweep(args.config, scheduler=args.scheduler, n_workers=args.workers,
-                        out=args.out, progress=not args.quiet)
+                        out=args.out, progress=not args.quiet, force=args.force)
     except (SweepError, ConfigError) as exc:
         return _error(f"invalid sweep: {exc}", EXIT_BAD_INPUT)
+    except RecursionError:
+        return _error("invalid sweep: the file nests arrays or tables too deeply to read",
+                      EXIT_BAD_INPUT)
     except OSError as exc:  # scheduler unreachable, folder not writable
         return _error(f"the sweep could not run: {exc}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:

@@ -58,7 +58,9 @@ names the key and what it accepts.
 from __future__ import annotations
 
 import copy
+import errno
 import math
+import os
 from pathlib import Path
 
 try:  # Python >= 3.11
@@ -330,7 +332,7 @@ def load_config(path=None) -> dict:
         raise ConfigError(f"{path} is a folder, not a scenario file; give the path of a TOML "
                           "file (see the README for its keys)")
     if not path.is_file():
-        raise ConfigError(f"no scenario file at {path}; give the path of a TOML file "
+        raise ConfigError(f"{_not_a_file(path)}; give the path of a TOML file "
                           "(see the README for its keys)")
     try:
         raw = path.read_bytes()
@@ -345,4 +347,25 @@ def load_config(path=None) -> dict:
         user = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests arrays or tables too deeply to read") from None
     return validate_config(user)
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` is not a readable scenario file, in words."""
+    import stat
+
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return f"no scenario file at {path}"
+    if stat.S_ISLNK(mode):
+        try:
+            path.stat()
+        except OSError as exc:
+            what = "a loop of links" if exc.errno == errno.ELOOP else "a broken link"
+            return f"{path} is {what} (to {os.readlink(path)})"
+    if stat.S_ISFIFO(path.stat().st_mode):
+        return f"{path} is a pipe (FIFO), not a scenario file"
+    return f"{path} is not a regular file"

@@ -488,10 +488,11 @@ def mp4_writer_available() -> bool:
     return animation.writers.is_available("ffmpeg")
 
 
-def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
+def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True, warn=None):
     """GIF (pillow) of the density and tokens over the snapshot times, one orthographic pair per
     β; also an MP4 next to it when ffmpeg is at hand (:func:`mp4_writer_available`). Returns the
-    paths written."""
+    paths written. With ``warn`` (callable warn(text)), an MP4 that ffmpeg fails to write is
+    reported to it instead of raising."""
 
     have_d = _density_rows(ds)
     rows = sorted(set(have_d) | set(_token_rows(ds)))
@@ -557,9 +558,15 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True):
         _write_gif(images, tmp, fps)
     written = [path]
     if mp4 and mp4_writer_available():
-        with atomic_path(path.with_suffix(".mp4")) as tmp:
-            _write_mp4(images, tmp, fps)
-        written.append(path.with_suffix(".mp4"))
+        mp4_path = path.with_suffix(".mp4")
+        try:
+            with atomic_path(mp4_path) as tmp:
+                _write_mp4(images, tmp, fps)
+            written.append(mp4_path)
+        except (OSError, RuntimeError) as exc:  # the GIF is written; the MP4 is optional
+            if warn is None:
+                raise
+            warn(f"{mp4_path.name} was not written: {_reason(exc)}")
     return written
 
 
@@ -592,17 +599,49 @@ def _write_mp4(images, path, fps):
 
 
 # ---------------------------------------------------------------------------- all of a run
-def plot_results(ds, folder, animate: bool = True) -> list:
-    """Every figure of a run from its results Dataset, into ``folder``; returns the paths."""
+def plot_results(ds, folder, animate: bool = True, warn=None) -> list:
+    """Every figure of a run from its results Dataset, into ``folder``; returns the paths written.
+
+    ``warn``: callable warn(text). When given, a figure that cannot be drawn or written (no
+    disk space, a read-only folder, a failing ffmpeg, a results file with the data of a figure
+    missing) is reported to it in one line and the other figures are still drawn; without it
+    the first failure raises.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    out = [plot_w2_curves(ds, folder / "w2_to_limit.png"),
-           plot_density_maps(ds, folder / "densities.png"),
-           plot_orthographic(ds, folder / "densities_orthographic.png"),
-           plot_particles(ds, folder / "particles.png")]
+    steps = [("w2_to_limit.png", plot_w2_curves), ("densities.png", plot_density_maps),
+             ("densities_orthographic.png", plot_orthographic), ("particles.png", plot_particles)]
+    out = []
+    for name, draw in steps:
+        written = _guarded(warn, name, draw, ds, folder / name)
+        out += [written] if written is not None else []
     if animate:
-        out += animate_run(ds, folder / "animation.gif")
+        out += _guarded(warn, "animation.gif", animate_run, ds, folder / "animation.gif",
+                        warn=warn) or []
     return out
+
+
+def _guarded(report, name, draw, *args, **kwargs):
+    """draw(*args, **kwargs), or None with one line to ``report`` when it fails (and report is
+    set)."""
+    if report is None:
+        kwargs.pop("warn", None)
+        return draw(*args, **kwargs)
+    try:
+        return draw(*args, **kwargs)
+    except Exception as exc:  # a figure is never worth the results: report it and go on
+        plt.close("all")
+        report(f"{name} was not written: {_reason(exc)}")
+        return None
+
+
+def _reason(exc) -> str:
+    """One line on why a figure failed (the file and the system's reason for an OSError)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 # ---------------------------------------------------------------------------- sweeps

@@ -28,13 +28,15 @@ for ``spherepde plot``.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from .. import io
+from ..analysis.convergence import resolution_error
 
-__all__ = ["results_dataset", "load_results", "RESULTS_NAME", "SOLVERS"]
+__all__ = ["results_dataset", "load_results", "convergence", "RESULTS_NAME", "SOLVERS"]
 
 RESULTS_NAME = "results.nc"
 #: The solver axis of results.nc, in this order.
@@ -55,6 +57,32 @@ def _place(target_times, times, values, fill=np.nan):
     return out
 
 
+def convergence(fine: "Run", coarse: "Run | None", fraction: float) -> dict:
+    """The convergence check of one curve: its two resolutions compared at their common output
+    times.
+
+    Returns a dict with ``max_difference`` (max |W2_fine - W2_coarse|, each difference widened
+    by the two W2 brackets where the runs record them: the most the true distances can
+    differ), ``threshold``
+    (``fraction`` times the fine curve's minimum), ``converged`` (every difference below the
+    threshold, and the coarse run reached the fine run's last time) and ``until`` (the last
+    common time compared). Without a coarse run, NaNs and converged False.
+    """
+    out = {"max_difference": math.nan, "threshold": fraction * float(np.min(fine.w2)),
+           "converged": False, "until": math.nan}
+    if coarse is None:
+        return out
+    common, diff = resolution_error(fine.times, fine.w2, coarse.times, coarse.w2,
+                                    fine.w2_width, coarse.w2_width)
+    if common.size == 0:
+        return out
+    out["max_difference"] = float(diff.max())
+    out["until"] = float(common[-1])
+    reached = coarse.times[-1] >= fine.times[-1] * (1 - 1e-12)
+    out["converged"] = bool(reached and np.all(diff < out["threshold"]))
+    return out
+
+
 def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=None, rate=None,
                     map_grid=None, checks=None):
     """Gather the :class:`~spherepde.app.scenario.Run` records of a scenario into one Dataset.
@@ -69,7 +97,7 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     gap : spectral gap γ; rate : dict with "fitted", "predicted", "window" or None
     map_grid : (lat (nlat,), lon (nlon,)) in degrees of the stored density maps
     checks : {(solver, beta): convergence verdict}, optional
-        The verdicts of :func:`spherepde.app.scenario.convergence` when the caller has them
+        The verdicts of :func:`convergence` when the caller has them
         (computed here otherwise)
 
     Returns
@@ -77,8 +105,6 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     xarray.Dataset
     """
     import xarray as xr
-
-    from .scenario import convergence
 
     runs = list(runs)
     coarse_runs = {(r.solver, float(r.beta)): r for r in runs if getattr(r, "coarse", False)}

@@ -15,6 +15,7 @@ Outputs in ``<out>/``: ``results.nc`` (every result as NetCDF, see :mod:`.result
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -22,14 +23,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from .. import __version__, io
-from ..analysis.convergence import resolution_error
+from . import cost
 from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
+from .results import RESULTS_NAME, SOLVERS, convergence, results_dataset
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
+from ..registry import Registry
 from ..sphere import rotation_about_axis
 
 __all__ = ["Task", "Run", "tasks_of", "run_one", "run_scenario", "build_model", "build_initial",
@@ -38,8 +42,6 @@ __all__ = ["Task", "Run", "tasks_of", "run_one", "run_scenario", "build_model", 
 #: Version of the layout of a saved run; a file of another format (or another package
 #: version, see :attr:`Task.key`) is recomputed, not loaded.
 RESULT_FORMAT = 3
-#: The solvers of the main job, in the order of results.nc's solver axis.
-SOLVERS = ("particles", "spectral", "finite_volume")
 
 #: The spectral runs end once the density's negative mass exceeds this: past it the density is
 #: no longer resolved at the chosen lmax, and the curve would measure the truncation instead.
@@ -106,29 +108,23 @@ class Task:
     coarse: bool = False  # the coarser resolution of the convergence check
 
     @property
+    def entry(self) -> "SolverEntry":
+        """The registered solver of this task (:data:`SOLVER_ENTRIES`)."""
+        return SOLVER_ENTRIES.get(self.solver)
+
+    @property
     def times(self) -> np.ndarray:
         """Requested output times: the particle grid (particles, finite volumes), or its
         restriction to [0, spectral.t_end]."""
-        r = self.scenario["run"]
-        if self.solver in ("particles", "finite_volume"):
-            return np.linspace(0.0, r["t_end"], r["n_times"])
-        return spectral_times(self.scenario)
+        return self.entry.times(self.scenario)
 
     @property
     def resolution(self) -> int:
         """Tokens (particles), lmax (spectral) or cells along a cube edge (finite volumes); the
         coarse task has N/4 tokens, lmax/2 or n/2 cells."""
-        cfg = self.scenario
-        if self.solver == "particles":
-            n = cfg["particles"]["n"]
-            return max(2, n // 4) if self.coarse else n
-        if self.solver == "spectral":
-            lmax = cfg["spectral"]["lmax"]
-            return max(8, lmax // 2) if self.coarse else lmax
-        if self.solver == "finite_volume":
-            n = cfg["finite_volume"]["n"]
-            return max(2, n // 2) if self.coarse else n
-        raise ValueError(f"unknown solver {self.solver!r}; expected one of {SOLVERS}")
+        entry = self.entry
+        n = self.scenario[self.solver][entry.resolution_key]
+        return entry.coarsen(n) if self.coarse else n
 
     @property
     def key(self) -> str:
@@ -194,7 +190,7 @@ class Run:
     @property
     def resolution_text(self) -> str:
         """e.g. "N=4000", "lmax=128", "n=24" (6·24² cells)."""
-        name = {"particles": "N", "spectral": "lmax", "finite_volume": "n"}.get(self.solver, "res")
+        name = SOLVER_ENTRIES.get(self.solver).symbol if self.solver in SOLVER_ENTRIES else "res"
         return f"{name}={self.resolution}"
 
     _ARRAYS = ("times", "w2", "snapshot_times", "positions", "densities", "mass", "negative_mass",
@@ -233,32 +229,6 @@ def tasks_of(cfg: dict) -> list[Task]:
     return fine + [Task(t.solver, t.beta, cfg, coarse=True) for t in fine]
 
 
-def convergence(fine: "Run", coarse: "Run | None", fraction: float) -> dict:
-    """The convergence check of one curve: its two resolutions compared at their common output
-    times.
-
-    Returns a dict with ``max_difference`` (max |W2_fine - W2_coarse|, each difference widened
-    by the two W2 brackets where the runs record them: the most the true distances can
-    differ), ``threshold``
-    (``fraction`` times the fine curve's minimum), ``converged`` (every difference below the
-    threshold, and the coarse run reached the fine run's last time) and ``until`` (the last
-    common time compared). Without a coarse run, NaNs and converged False.
-    """
-    out = {"max_difference": math.nan, "threshold": fraction * float(np.min(fine.w2)),
-           "converged": False, "until": math.nan}
-    if coarse is None:
-        return out
-    common, diff = resolution_error(fine.times, fine.w2, coarse.times, coarse.w2,
-                                    fine.w2_width, coarse.w2_width)
-    if common.size == 0:
-        return out
-    out["max_difference"] = float(diff.max())
-    out["until"] = float(common[-1])
-    reached = coarse.times[-1] >= fine.times[-1] * (1 - 1e-12)
-    out["converged"] = bool(reached and np.all(diff < out["threshold"]))
-    return out
-
-
 def spectral_times(cfg: dict) -> np.ndarray:
     """Output times of the spectral runs: the particle output times up to spectral.t_end (at
     least two), so that every spectral output has a particle output at the same time."""
@@ -284,56 +254,68 @@ def run_one(task: Task, progress=None) -> Run:
     Pure: reads nothing, writes nothing; the same task gives the same run. ``progress``, a
     callable progress(t), receives the simulated time after every accepted step.
     The snapshots (tokens or densities) are taken at :func:`snapshot_times`; a particle run
-    also keeps its last time (the horizon, where sweeps count clusters).
+    also keeps its last time (the horizon, where sweeps count clusters). The solver is the
+    task's entry of :data:`SOLVER_ENTRIES`.
     """
+    return task.entry.run(task, progress)
+
+
+def _run_particles(task: Task, progress) -> Run:
     from ..particles import ParticleSolver
     from ..wasserstein import w2
 
-    cfg = task.scenario
-    mu0 = build_initial(cfg)
-    model = build_model(cfg, task.beta)
-    times = task.times
-    res, coarse = task.resolution, task.coarse
+    cfg, times, res, coarse = task.scenario, task.times, task.resolution, task.coarse
     t0 = time.perf_counter()
-    if task.solver == "particles":
-        p = cfg["particles"]
-        cloud = initial_tokens(cfg, mu0, res, coarse)
-        # Against Pi#mu^N_0 (the tokens' own half-sphere masses), not Pi#rho_0: a random
-        # sample's O(N^-1/2) mass mismatch would otherwise put a floor under the curve.
-        distance = _distance_to_limit(cfg, cloud, w2)
-        traj = ParticleSolver(model, rtol=p["rtol"], atol=p["rtol"] * 1e-2).solve(
-            cloud, times, progress=progress)
-        vals, widths = _curve(distance, traj.measure, len(times))
-        if coarse:  # the coarse run serves the check only: no snapshots
-            return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
-                       resolution=res, coarse=True, key=task.key, w2_width=widths)
-        idx = np.searchsorted(times, np.union1d(snapshot_times(cfg), times[-1:]))
+    p = cfg["particles"]
+    cloud = initial_tokens(cfg, build_initial(cfg), res, coarse)
+    # Against Pi#mu^N_0 (the tokens' own half-sphere masses), not Pi#rho_0: a random
+    # sample's O(N^-1/2) mass mismatch would otherwise put a floor under the curve.
+    distance = _distance_to_limit(cfg, cloud, w2)
+    traj = ParticleSolver(build_model(cfg, task.beta), rtol=p["rtol"],
+                          atol=p["rtol"] * 1e-2).solve(cloud, times, progress=progress)
+    vals, widths = _curve(distance, traj.measure, len(times))
+    if coarse:  # the coarse run serves the check only: no snapshots
         return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
-                   resolution=res, snapshot_times=times[idx], positions=traj.positions[idx],
-                   key=task.key, w2_width=widths)
-    if task.solver == "finite_volume":
-        from ..density import FiniteVolumeSolver
+                   resolution=res, coarse=True, key=task.key, w2_width=widths)
+    idx = np.searchsorted(times, np.union1d(snapshot_times(cfg), times[-1:]))
+    return Run("particles", task.beta, times, vals, time.perf_counter() - t0,
+               resolution=res, snapshot_times=times[idx], positions=traj.positions[idx],
+               key=task.key, w2_width=widths)
 
-        distance = _distance_to_limit(cfg, mu0, w2)
-        sol = FiniteVolumeSolver(model, res).solve(mu0, times, progress=progress)
-        vals, widths = _curve(distance, sol.measure, len(sol.times))
-        diag = getattr(sol, "diagnostics", {}) or {}
-        return Run("finite_volume", task.beta, np.asarray(sol.times), vals,
-                   time.perf_counter() - t0, resolution=res, coarse=coarse,
-                   mass=np.asarray(diag.get("mass")) if "mass" in diag else None, key=task.key,
-                   w2_width=widths)
-    if task.solver != "spectral":
-        raise ValueError(f"unknown solver {task.solver!r}; expected one of {SOLVERS}")
-    from ..density import SpectralSolver
 
+def _run_finite_volume(task: Task, progress) -> Run:
+    from ..density import FiniteVolumeSolver
+    from ..wasserstein import w2
+
+    cfg, times, res = task.scenario, task.times, task.resolution
+    t0 = time.perf_counter()
+    mu0 = build_initial(cfg)
     distance = _distance_to_limit(cfg, mu0, w2)
-    sol = SpectralSolver(model, lmax=res).solve(
+    sol = FiniteVolumeSolver(build_model(cfg, task.beta), res).solve(mu0, times,
+                                                                     progress=progress)
+    vals, widths = _curve(distance, sol.measure, len(sol.times))
+    diag = getattr(sol, "diagnostics", {}) or {}
+    return Run("finite_volume", task.beta, np.asarray(sol.times), vals,
+               time.perf_counter() - t0, resolution=res, coarse=task.coarse,
+               mass=np.asarray(diag.get("mass")) if "mass" in diag else None, key=task.key,
+               w2_width=widths)
+
+
+def _run_spectral(task: Task, progress) -> Run:
+    from ..density import SpectralSolver
+    from ..wasserstein import w2
+
+    cfg, times, res = task.scenario, task.times, task.resolution
+    t0 = time.perf_counter()
+    mu0 = build_initial(cfg)
+    distance = _distance_to_limit(cfg, mu0, w2)
+    sol = SpectralSolver(build_model(cfg, task.beta), lmax=res).solve(
         mu0, times, stop_negative_mass=NEGATIVE_MASS_STOP, progress=progress)
     reached = sol.times
     vals, widths = _curve(distance, sol.measure, len(reached))
     diag = getattr(sol, "diagnostics", {}) or {}
     notes = {k: str(sol.stats[k]) for k in ("stopped", "unresolved") if sol.stats.get(k)}
-    if coarse:
+    if task.coarse:
         return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
                    resolution=res, coarse=True, key=task.key, w2_width=widths)
     idx = np.searchsorted(reached, snapshot_times(cfg)[snapshot_times(cfg) <= reached[-1]])
@@ -343,6 +325,44 @@ def run_one(task: Task, progress=None) -> Run:
                resolution=res, snapshot_times=reached[idx], densities=dens,
                mass=np.asarray(diag["mass"]), negative_mass=np.asarray(diag["negative_mass"]),
                key=task.key, w2_width=widths)
+
+
+def _particle_times(cfg: dict) -> np.ndarray:
+    r = cfg["run"]
+    return np.linspace(0.0, r["t_end"], r["n_times"])
+
+
+@dataclass(frozen=True)
+class SolverEntry:
+    """A solver of the main job, as registered in :data:`SOLVER_ENTRIES`.
+
+    Attributes
+    ----------
+    run : callable run(task, progress) -> Run
+    resolution_key : the key of the solver's scenario section that sets its resolution
+    symbol : how the resolution is written ("N", "lmax", "n")
+    coarsen : resolution -> the coarser resolution of the convergence check
+    times : callable times(cfg) -> (T,) the solver's output times
+    """
+
+    run: Callable
+    resolution_key: str
+    symbol: str
+    coarsen: Callable[[int], int]
+    times: Callable[[dict], np.ndarray]
+
+
+#: The solvers of ``spherepde run`` and ``spherepde sweep``, by name (the order of results.nc's
+#: solver axis).
+SOLVER_ENTRIES = Registry("solver of spherepde run")
+SOLVER_ENTRIES.register("particles", SolverEntry(_run_particles, "n", "N",
+                                                 lambda n: max(2, n // 4), _particle_times))
+SOLVER_ENTRIES.register("spectral", SolverEntry(_run_spectral, "lmax", "lmax",
+                                                lambda n: max(8, n // 2),
+                                                lambda cfg: spectral_times(cfg)))
+SOLVER_ENTRIES.register("finite_volume", SolverEntry(_run_finite_volume, "n", "n",
+                                                     lambda n: max(2, n // 2), _particle_times))
+assert tuple(SOLVER_ENTRIES.names()) == SOLVERS  # results.nc's solver axis
 
 
 def _curve(distance, measure, n):
@@ -413,27 +433,51 @@ def _load_saved(task: Task, path: Path, fresh: bool, notify) -> Run | None:
     return run
 
 
-def _prepare_folder(out: Path) -> None:
-    """Create ``out/runs``, turning the ways this fails into one-line :class:`OutputError`."""
+#: The flag of ``spherepde run`` that takes over a non-empty folder spherepde did not create.
+FORCE_FLAG = "--force"
+
+
+def _prepare_folder(out: Path, force: bool = False) -> io.Manifest:
+    """Check that ``out`` may be written and create ``out/runs``; returns the folder's manifest.
+
+    The folder must be new, empty, or spherepde's own (:class:`spherepde.io.Manifest`), unless
+    ``force``; neither it nor ``runs/`` may be a symbolic link. Every way this fails is a
+    one-line :class:`OutputError`.
+    """
+    def fail(text):
+        raise OutputError(f"{text}; give another --out (or [output] dir)") from None
+
+    if out.is_symlink():
+        fail(f"the output folder {out} is a symbolic link (to {os.readlink(out)}); spherepde "
+             "does not write through links: give the folder itself")
     if out.exists() and not out.is_dir():
-        raise OutputError(f"the output folder {out} is a file; give another --out (or "
-                          "[output] dir)")
+        fail(f"the output folder {out} is a file")
     try:
+        manifest = io.Manifest.open(out, "run", force=force, override=FORCE_FLAG)
+        io.refuse_link(out / "runs")
         (out / "runs").mkdir(parents=True, exist_ok=True)
+    except io.LinkError as exc:
+        fail(exc.strerror)
+    except io.FolderNotOwnedError as exc:
+        raise OutputError(exc.strerror) from None
     except (FileExistsError, NotADirectoryError):
-        raise OutputError(f"cannot create the output folder {out}: a part of its path is a "
-                          "file; give another --out (or [output] dir)") from None
+        bad = next((p for p in [out, *out.parents] if p.exists() and not p.is_dir()), None)
+        fail(f"cannot create the output folder {out}: {bad or 'a part of its path'} is a file")
     except OSError as exc:
-        raise OutputError(f"cannot create the output folder {out}: {exc.strerror}; give a "
-                          "writable --out (or [output] dir)") from None
+        if exc.errno == errno.ENOENT and out.is_dir():  # e.g. /proc: a virtual file system
+            fail(f"cannot create folders in {out} (it does not accept new files: a virtual or "
+                 "special file system?)")
+        fail(f"cannot create the output folder {out}: {exc.strerror}")
     if not os.access(out, os.W_OK) or not os.access(out / "runs", os.W_OK):
         raise OutputError(f"the output folder {out} is not writable; give a writable --out "
                           "(or [output] dir)")
+    return manifest
 
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,
                  fresh: bool = False, progress: bool = True, notify=None,
-                 figures: bool = True, workers: int | str = 1) -> dict:
+                 figures: bool = True, workers: int | str = 1, force: bool = False,
+                 yes: bool = False) -> dict:
     """Run a scenario (the default one when ``cfg`` is None) and write its outputs.
 
     Maps :func:`run_one` over :func:`tasks_of`, reusing the runs saved under ``<out>/runs/``.
@@ -443,9 +487,19 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     Parameters
     ----------
     notify : callable notify(text), optional
-        Receives one-line notices (a damaged saved run, ...); default: print to stderr.
+        Receives one-line notices (a damaged saved run, a figure that could not be written,
+        ...); default: print to stderr.
     figures : bool
-        Draw the figures (False: results, summary and scenario only).
+        Draw the figures (False: results, summary and scenario only). A figure that cannot be
+        written (no disk space, a failing ffmpeg) is a notice; the results are still written.
+    force : bool
+        Write into a non-empty folder that spherepde did not create (files of the names it
+        writes are replaced there). Without it such a folder is refused; in spherepde's own
+        folders only the files its manifest lists are ever replaced or deleted.
+    yes : bool
+        Run even when :func:`spherepde.app.cost.estimate` puts the scenario above
+        :data:`spherepde.app.cost.LIMIT_SECONDS` (otherwise a :class:`ConfigError` gives the
+        estimate and the knob to turn).
     workers : int or "auto"
         Processes that compute the runs side by side (each run is pure, so they are
         independent); 1 (default): in this process, with a progress bar per run. "auto" (what
@@ -472,8 +526,10 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
                           "which needs model.matrices = \"rotation\" (A with a spectral gap); "
                           "run Q = K = V = I scenarios with `spherepde sweep` and the measures "
                           "\"clusters\" / \"single_cluster\" (see docs/sweeps.md)")
+    if not yes:
+        cost.refuse_if_too_long(cfg)
     out = Path(out or cfg["output"]["dir"])
-    _prepare_folder(out)
+    manifest = _prepare_folder(out, force)
     folder = out / "runs"
     try:
         lock = io.FolderLock(out).__enter__()
@@ -487,8 +543,10 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     done: dict = {}  # task key -> Run computed by this call
     reused = 0
     try:
-        io.remove_partial(out)
-        io.remove_partial(folder)
+        manifest.add(IN_PROGRESS, RESULTS_NAME, "scenario.json", "summary.md",
+                     *(f"runs/{t.filename}" for t in tasks))
+        manifest.remove_partial()
+        manifest.remove_partial("runs")
         io.write_text(out / IN_PROGRESS,
                       "A spherepde run is writing into this folder (or was stopped). Until this "
                       "file is gone, the other files here may describe the previous scenario; "
@@ -522,8 +580,8 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
         spectral_note = None if cfg["spectral"]["enabled"] else \
             "disabled in the scenario ([spectral] enabled = false)"
         summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
-                                 spectral_note, figures)
-        (out / IN_PROGRESS).unlink()
+                                 spectral_note, figures, manifest, notify)
+        manifest.remove(IN_PROGRESS)
     except KeyboardInterrupt:
         raise RunInterrupted(reused + len(done), len(tasks), folder) from None
     finally:
@@ -670,10 +728,10 @@ def _agreement(fine: list[Run], checks: dict) -> list[str]:
 
 
 def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report, rate, x0,
-                   spectral_note, figures=True):
-
-    from .results import RESULTS_NAME, results_dataset
-
+                   spectral_note, figures=True, manifest=None, notify=None):
+    """results.nc, scenario.json, the figures, then summary.md (which lists the figures that
+    were written); returns the summary's text."""
+    manifest = manifest or io.Manifest.open(out, "run", force=True)
     used = used_scenario(cfg)
     fine = [r for r in runs if not r.coarse]
     coarse = {(r.solver, r.beta): r for r in runs if r.coarse}
@@ -684,15 +742,22 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
     ds = results_dataset(used, runs, limit=limit, limit_particles=limit_particles,
                          subspace=reference_model(cfg).dominant_subspace(), gap=report.gap,
                          rate=rate, map_grid=_plot_lat_lon(), checks=checks)
+    manifest.add(RESULTS_NAME, "scenario.json", "summary.md")
     io.save_dataset(ds, out / RESULTS_NAME)
     io.write_json(out / "scenario.json", used)
+    drawn, failed = [], []
     if figures:
         from . import plotting
 
-        plotting.plot_results(ds, out)
+        def warn(text):
+            failed.append(text)
+            (notify or print)(text)
+
+        manifest.add(*FIGURE_NAMES)
+        drawn = plotting.plot_results(ds, out, warn=warn)
     else:  # figures of an earlier scenario would describe another run
         for name in FIGURE_NAMES:
-            (out / name).unlink(missing_ok=True)
+            manifest.remove(name)
 
     if cfg["model"]["normalized"]:
         attention = "softmax-normalized self-attention (SA)"
@@ -759,10 +824,12 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
                   "agree |", "|---|---|---|---|---|---|---|---|", *diffs]
     if spectral_note:
         lines += ["", f"The spectral solver was not run: {spectral_note}."]
-    figs = ", ".join(FIGURE_NAMES) + ", " if figures else ""
+    figs = "".join(f"{Path(p).name}, " for p in drawn)
     lines += ["", f"Files: results.nc (every result, NetCDF; see docs/sweeps.md), scenario.json, "
               f"{figs}runs/ (one file per finished run; a rerun reuses them). "
               "`spherepde plot` redraws the figures from results.nc."]
+    if failed:
+        lines.append(f"Not written: {'; '.join(failed)}.")
     text = "\n".join(lines) + "\n"
     io.write_text(out / "summary.md", text)
     return text

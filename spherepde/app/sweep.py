@@ -131,6 +131,18 @@ def _read_toml(path) -> dict:
             return tomllib.load(fh)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         _fail(f"{path} is not valid TOML: {exc}")
+    except RecursionError:
+        _fail(f"{path} nests arrays or tables too deeply to read")
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror or exc}")
+
+
+def _table(doc: dict, key: str, what: str) -> dict:
+    """``doc[key]`` when it is a table (absent: empty), else a :class:`SweepError`."""
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        _fail(f"{what} must be a table ([{what}] in the file); got {value!r}")
+    return value
 
 
 def load_sweep(path_or_dict, out=None) -> Sweep:
@@ -148,17 +160,20 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
     unknown = set(doc) - {"sweep", "base", "axes"}
     if unknown:
         _fail(f"unknown section(s) {sorted(unknown)}; a sweep file has [sweep], [base], [axes]")
-    sw = doc.get("sweep", {})
+    sw = _table(doc, "sweep", "sweep")
     bad = set(sw) - _SWEEP_KEYS
     if bad:
         _fail(f"unknown key(s) {sorted('sweep.' + k for k in bad)}; allowed: {sorted(_SWEEP_KEYS)}")
     base: dict = {}
+    for key in ("base", "out"):
+        if key in sw and not isinstance(sw[key], str):
+            _fail(f"sweep.{key} must be a path (a string); got {sw[key]!r}")
     if "base" in sw:
         bpath = here / sw["base"]
         if not bpath.is_file():
             _fail(f"sweep.base: no scenario file at {bpath}")
         base = _read_toml(bpath)
-    for section, values in doc.get("base", {}).items():
+    for section, values in _table(doc, "base", "base").items():
         if not isinstance(values, dict):
             _fail(f"[base.{section}] must be a table of scenario keys")
         base.setdefault(section, {}).update(values)
@@ -166,7 +181,7 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         validate_config(base)
     except ConfigError as exc:
         _fail(f"the base scenario is invalid: {exc}")
-    axes = doc.get("axes", {})
+    axes = _table(doc, "axes", "axes")
     if not axes:
         _fail("[axes] is empty: name at least one scenario key with a list of values, e.g. "
               "\"run.betas\" = [4.0, 16.0]")
@@ -181,6 +196,9 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
             _fail(f"axis {key!r} must be a non-empty list of values; got {values!r}")
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             _fail(f"axis {key!r} repeats a value: {values!r}")
+        if key == "run.betas" and any(isinstance(v, list) for v in values):
+            _fail(f"axis 'run.betas' takes one beta per point (each task runs one beta); got "
+                  f"{values!r}: write the betas as one flat list, e.g. [4.0, 16.0]")
     # several β in the base scenario and no β axis: β becomes an axis (one β per task)
     merged = validate_config(base)
     init = axes.get("particles.init", [merged["particles"]["init"]])
@@ -192,9 +210,12 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         axes = {"run.betas": list(base.get("run", {}).get("betas", merged["run"]["betas"])),
                 **axes}
     solver = sw.get("solver", "particles")
-    if solver not in SOLVERS:
+    if not isinstance(solver, str) or solver not in SOLVERS:
         _fail(f"sweep.solver must be one of {list(SOLVERS)}; got {solver!r}")
-    measures = tuple(sw.get("measures", MEASURES))
+    measures = sw.get("measures", MEASURES)
+    if not isinstance(measures, (list, tuple)) or not all(isinstance(m, str) for m in measures):
+        _fail(f"sweep.measures must be a list of names from {list(MEASURES)}; got {measures!r}")
+    measures = tuple(measures)
     bad = [m for m in measures if m not in MEASURES]
     if bad or not measures:
         _fail(f"sweep.measures must name some of {list(MEASURES)}; got {list(measures)!r}")
@@ -203,12 +224,20 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
     tol = sw.get("cluster_tol", 1e-2)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 2:
         _fail(f"sweep.cluster_tol must be a chordal distance in (0, 2); got {tol!r}")
-    phase = dict(sw.get("phase", {}))
+    phase = dict(_table(sw, "phase", "sweep.phase"))
     if phase:
+        bad = set(phase) - {"x", "y", "measure"}
+        if bad:
+            _fail(f"unknown key(s) {sorted('sweep.phase.' + k for k in bad)}; allowed: x, y, "
+                  "measure")
         for k in ("x", "y"):
-            if k in phase and phase[k] not in axes:
+            if k in phase and (not isinstance(phase[k], str) or phase[k] not in axes):
                 _fail(f"sweep.phase.{k} = {phase[k]!r} is not an axis; axes: {list(axes)}")
-        if phase.get("measure", "min_w2") not in _SCALARS:
+        if "x" in phase and phase.get("x") == phase.get("y"):
+            _fail(f"sweep.phase.x and sweep.phase.y are both {phase['x']!r}; a phase diagram "
+                  "needs two different axes")
+        if not isinstance(phase.get("measure", "min_w2"), str) or \
+                phase.get("measure", "min_w2") not in _SCALARS:
             _fail(f"sweep.phase.measure must be one of {sorted(_SCALARS)}")
     out_dir = Path(out) if out is not None else Path(sw.get("out", "sweep-output"))
     return Sweep(base=base, axes=axes, solver=solver, measures=measures, cluster_tol=float(tol),
@@ -241,6 +270,8 @@ def run_task(spec: dict, folder) -> dict:
         return {"id": spec["id"], "params": spec["params"], "status": "done",
                 "seconds": float(run.seconds)}
     except Exception as exc:  # reported to the client; the other tasks go on
+        if _shutting_down():  # the sweep was stopped (Ctrl-C): not a failure of this task
+            raise
         tb = traceback.format_exc()
         info = {"id": spec["id"], "params": spec["params"], "status": "failed",
                 "error": f"{type(exc).__name__}: {exc}", "traceback": tb}
@@ -249,6 +280,32 @@ def run_task(spec: dict, folder) -> dict:
         except OSError:
             pass
         return info
+
+
+def _shutting_down() -> bool:
+    """Whether the Dask worker running this task is closing (the client was interrupted)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().status.name not in ("running", "paused")
+    except Exception:  # not on a worker, or no status to read: a real failure
+        return False
+
+
+def _task_done(folder, spec) -> bool:
+    """Whether the task's file exists and reads back (a truncated or foreign file is removed,
+    so that the task is computed again)."""
+    p = task_path(folder, spec)
+    if not p.is_file() or p.is_symlink():
+        return False
+    try:
+        ds = io.open_dataset(p)
+        ok = ds.attrs.get("task_id") == spec["id"] and "time" in ds.coords
+    except Exception:  # damaged: unreadable NetCDF/HDF5
+        ok = False
+    if not ok:
+        p.unlink()
+    return ok
 
 
 def _measure(spec, run) -> dict:
@@ -304,7 +361,7 @@ def _client(scheduler, n_workers):
 
 
 def run_sweep(sweep, scheduler: str | None = None, n_workers: int | None = None, out=None,
-              progress: bool = True, report=None) -> dict:
+              progress: bool = True, report=None, force: bool = False) -> dict:
     """Run a sweep (a :class:`Sweep`, a dict or a TOML path) and gather ``sweep.nc``.
 
     Parameters
@@ -313,31 +370,85 @@ def run_sweep(sweep, scheduler: str | None = None, n_workers: int | None = None,
         LocalCluster with one single-threaded worker per core (``n_workers`` to change that)
     out : output folder (default ``sweep.out``)
     report : callable report(text) for failure reports (default: print to stderr)
+    force : write into a non-empty folder that spherepde did not create
+
+    The folder is locked for the duration (a second sweep on it raises :class:`SweepError`); a
+    task file that does not read back (truncated, foreign) is computed again.
 
     Returns
     -------
     dict with ``out``, ``done`` (ids computed now), ``skipped`` (ids already finished),
     ``failed`` (the failure records: params, error, traceback), ``dataset`` (sweep.nc's Dataset)
     """
-    from tqdm.auto import tqdm
-
     if not isinstance(sweep, Sweep):
         sweep = load_sweep(sweep, out=out)
     elif out is not None:
         sweep = dataclasses.replace(sweep, out=Path(out))
     report = report or (lambda text: print(text, file=sys.stderr))
+    if scheduler is not None:
+        _check_address(scheduler)
+    manifest = _claim(sweep.out, force)
     folder = sweep.out / "tasks"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = io.FolderLock(sweep.out).__enter__()
+    except io.FolderBusyError as exc:
+        raise SweepError(f"{exc}: another spherepde sweep is writing there; wait for it to "
+                         "finish or give another --out") from None
+    try:
+        return _run_locked(sweep, scheduler, n_workers, progress, report, manifest, folder)
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _claim(out: Path, force: bool) -> "io.Manifest":
+    """The manifest of the sweep's folder (refusing links and foreign folders), with tasks/."""
+    try:
+        manifest = io.Manifest.open(out, "sweep", force=force, override="--force")
+        io.refuse_link(out / "tasks")
+        (out / "tasks").mkdir(parents=True, exist_ok=True)
+    except (io.LinkError, io.FolderNotOwnedError) as exc:
+        raise SweepError(exc.strerror) from None
+    return manifest
+
+
+def _check_address(scheduler) -> None:
+    """A Dask scheduler address: ``protocol://host:port`` with a known protocol and a port."""
+    from urllib.parse import urlsplit
+
+    text = str(scheduler)
+    parts = urlsplit(text if "://" in text else f"tcp://{text}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("tcp", "tls", "inproc", "ucx", "ws", "wss") or not parts.hostname \
+            or port is None:
+        raise SweepError(f"--scheduler {text!r} is not a Dask scheduler address; give "
+                         "tcp://HOST:PORT (e.g. tcp://127.0.0.1:8786)")
+
+
+def _run_locked(sweep, scheduler, n_workers, progress, report, manifest, folder) -> dict:
+    from tqdm.auto import tqdm
+
     specs = [sweep.spec(p) for p in sweep.points()]
-    todo = [s for s in specs if not task_path(folder, s).exists()]
-    skipped = [s["id"] for s in specs if task_path(folder, s).exists()]
+    manifest.add("sweep.nc", "phase_diagram.png",
+                 *(f"tasks/{task_path('', s).name}" for s in specs),
+                 *(f"tasks/{failure_path('', s).name}" for s in specs))
+    manifest.remove_partial()
+    manifest.remove_partial("tasks")
+    finished = {s["id"]: _task_done(folder, s) for s in specs}
+    todo = [s for s in specs if not finished[s["id"]]]
+    skipped = [s["id"] for s in specs if finished[s["id"]]]
     done, failed = [], []
     bar = tqdm(total=len(specs), initial=len(skipped), desc="spherepde sweep", unit="task",
                disable=not progress)
     if todo:
         from distributed import as_completed
 
-        client, cluster = _client(scheduler, n_workers)
+        try:
+            client, cluster = _client(scheduler, n_workers)
+        except (OSError, ValueError, TypeError) as exc:
+            raise OSError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
         try:
             futures = [client.submit(run_task, s, str(folder.resolve()), key=s["id"], pure=False)
                        for s in todo]
@@ -407,7 +518,10 @@ def gather(sweep: Sweep, specs=None):
             status[idx] = "done"
         elif failure_path(folder, spec).exists():
             status[idx] = "failed"
-            error[idx] = json.loads(failure_path(folder, spec).read_text()).get("error", "")
+            try:
+                error[idx] = str(json.loads(failure_path(folder, spec).read_text())["error"])
+            except (ValueError, KeyError, TypeError, OSError):
+                error[idx] = "(the failure record is damaged)"
     data = {}
     if times is not None:
         if "w2" in sweep.measures:

@@ -84,8 +84,26 @@ def check_values(values, what="density0"):
     return values
 
 
-def check_mass(mass, rtol, d=3):
-    """Refuse an initial density whose integral is not 1 within ``rtol``."""
+def check_mass(mass, rtol, d=3, resolves=None):
+    """Refuse an initial density whose integral is not 1 within ``rtol``.
+
+    ``resolves``: (density0, degree, quadrature degree), when the integral was taken by a
+    quadrature of that degree. A spherepde measure integrates to 1 by construction, so a
+    mass off by more than ``rtol`` then means that the grid cannot resolve it (a cap too
+    narrow for the degree): the error says so, with the degree a von Mises–Fisher cap needs.
+    """
+    if not abs(mass - 1.0) <= rtol and resolves is not None and \
+            isinstance(resolves[0], Measure):
+        density0, degree, quad = resolves
+        kappa = max([float(getattr(c, "kappa", 0.0))
+                     for c in getattr(density0, "components", [density0])] or [0.0])
+        need = ""
+        if kappa > 0:  # its Legendre coefficients decay like exp(-l^2 / (2 kappa))
+            need = (f"; a cap of kappa = {kappa:g} needs lmax of at least about "
+                    f"{math.ceil(math.sqrt(2 * kappa * math.log(1e6)))}")
+        raise ValueError(f"the grid of lmax = {degree} cannot resolve density0 (its quadrature "
+                         f"of degree {quad} gives it mass {mass:.6g} instead of 1){need}; raise "
+                         "lmax, or widen the initial density (a smaller kappa)")
     if not abs(mass - 1.0) <= rtol:
         area, uni = _AREA.get(d, ("surface area", "1/|S^(d-1)|"))
         raise ValueError(f"density0 integrates to {mass:.12g}, not 1 (off by {mass - 1:+.2e}, "

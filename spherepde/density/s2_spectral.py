@@ -135,6 +135,10 @@ class SpectralSolution(DensitySolution):
                 f"[{self.times[0]:g}, {self.times[-1]:g}], path={self.path})")
 
 
+#: The largest lmax a SpectralSolver accepts: its construction stays within seconds to minutes.
+MAX_LMAX = 1024
+
+
 class SpectralSolver(SpectralDensitySolver):
     r"""Spherical-harmonic solver for :math:`\partial_t\rho + \operatorname{div}(\rho X[\rho]) = 0`
     on S^2, SA and USA, any Q, K, V, beta in [0, inf].
@@ -207,6 +211,10 @@ class SpectralSolver(SpectralDensitySolver):
         super().__init__(model, lmax, "lmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)
+        if self.degree > MAX_LMAX:  # the grids and operators grow like lmax^2..lmax^3
+            raise ValueError(f"lmax = {self.degree} is above the largest supported degree "
+                             f"{MAX_LMAX} (a grid of {MAX_LMAX + 2} x {4 * MAX_LMAX} nodes); "
+                             "lower lmax")
         name, fac = choose_operator(model, path, 3)
         self.lmax = lmax = self.degree
         self.kernel = kernel
@@ -283,7 +291,7 @@ class SpectralSolver(SpectralDensitySolver):
             raise ValueError(f"the density callable must map points (..., 3) to values (...); "
                              f"got output shape {vals.shape} for input {g.points.shape}")
         a = big.analysis(vals)
-        check_mass(SQRT_4PI * a[0].real, self.mass_rtol)
+        check_mass(SQRT_4PI * a[0].real, self.mass_rtol, resolves=(density0, self.lmax, L2))
         spec = np.bincount(big.l, weights=np.where(big.m == 0, 1.0, 2.0) * np.abs(a) ** 2,
                            minlength=L2 + 1)
         warn_resolution(spec, self.lmax, self.resolution_tol)
