@@ -239,3 +239,40 @@ def test_axis_option_and_solution_api(tmp_path):
     x = cloud.points[:5]
     assert np.array_equal(back.density(2, x), sol.density(2, x))
     assert back.to_xarray()["density"].dims == ("time", "theta")
+
+
+# ---------------------------------------------------------------- against particles
+def marginal_quantiles(edges, masses, p):
+    """Quantiles of the theta-marginal (linear CDF within a cell) at probabilities p."""
+    cdf = np.concatenate([[0.0], np.cumsum(masses)])
+    return np.interp(p, cdf / cdf[-1], edges)
+
+
+def token_quantiles(theta, p):
+    th = np.sort(theta)
+    return th[np.minimum(np.ceil(p * th.size).astype(int) - 1, th.size - 1)]
+
+
+@pytest.mark.parametrize("d,beta,n_tokens", [(8, 4.0, 250), (64, 2.0, 150)])
+def test_against_particles_drawn_zonally(d, beta, n_tokens):
+    # Finite N in high d is far from the mean field when a token's weight on itself,
+    # e^beta/N, rivals the mean field's ~e^{beta^2/(2d)}: hence beta = 2 at d = 64 with
+    # N = 150..600 (at beta = 16 the particles need N >> e^16).
+    e = np.eye(d)
+    model = sp.Model(V=axial(d, 1.0, 0.6), beta=beta, d=d)
+    rho0 = sp.measures.Mixture([sp.measures.VonMisesFisher(e[0], 3.0 * d / 8),
+                                sp.measures.VonMisesFisher(-e[0], 1.0 * d / 8)], [0.5, 0.5])
+    times = np.linspace(0.0, 8.0, 9)
+    sol = sp.ZonalSolver(model, 200).solve(rho0, times)
+    p = (np.arange(4000) + 0.5) / 4000
+    thetas = {}
+    for n in (n_tokens, 4 * n_tokens):
+        traj = sp.ParticleSolver(model, scheme="rk4", dt=0.1).solve(rho0.sample(n, seed=n), times)
+        thetas[n] = np.arccos(np.clip(traj.positions @ e[0], -1, 1))
+    for i in range(times.size):
+        qz = marginal_quantiles(sol.theta_edges, sol.cell_masses(i), p)
+        qn, q4 = (token_quantiles(thetas[n][i], p) for n in (n_tokens, 4 * n_tokens))
+        w2 = lambda a, b: np.sqrt(np.mean((a - b) ** 2))  # noqa: E731  (1-D W2, cost u^2)
+        # the 4N cloud's sampling error is about half the N cloud's, and W2(N, 4N) is at
+        # least the larger of them: the mean field must sit closer to 4N than N does
+        assert w2(qz, q4) < w2(qn, q4), (times[i], w2(qz, q4), w2(qn, q4))
