@@ -276,3 +276,40 @@ def test_against_particles_drawn_zonally(d, beta, n_tokens):
         # the 4N cloud's sampling error is about half the N cloud's, and W2(N, 4N) is at
         # least the larger of them: the mean field must sit closer to 4N than N does
         assert w2(qz, q4) < w2(qn, q4), (times[i], w2(qz, q4), w2(qn, q4))
+
+
+# ---------------------------------------------------------------- against the S^2 solvers
+@pytest.fixture(scope="module")
+def axisymmetric_s2():
+    """An axisymmetric model on S^2 (B = diag(1, .8, .8), V = diag(1, .5, .5)), two caps
+    about ±e1, and the zonal reference at n = 200 and 400, binned to 20 cells in theta."""
+    e = np.eye(3)
+    model = sp.Model(Q=np.diag([1.0, 0.8, 0.8]), V=np.diag([1.0, 0.5, 0.5]), beta=4.0, d=3)
+    rho0 = sp.measures.Mixture([sp.measures.VonMisesFisher(e[0], 2.0),
+                                sp.measures.VonMisesFisher(-e[0], 1.0)], [0.6, 0.4])
+    times = [0.0, 0.5, 1.0]
+    zon = {n: sp.ZonalSolver(model, n).solve(rho0, times) for n in (200, 400)}
+    binned = {n: s.masses.reshape(len(times), 20, -1).sum(-1) for n, s in zon.items()}
+    return model, rho0, times, binned
+
+
+def s2_marginal(sol, i, bins=20):
+    """The theta-marginal of an S^2 solution on `bins` equal cells: its density integrated
+    against sin(theta) dtheta dphi by Gauss-Legendre (the solution is axisymmetric)."""
+    _, th, lw = log_cell_measures(np.linspace(0, np.pi, bins + 1), 3, order=8)
+    x = np.cos(th)[..., None] * np.eye(3)[0] + np.sin(th)[..., None] * np.eye(3)[1]
+    return np.sum(sol.density(i, x) * np.exp(lw), axis=1)
+
+
+@pytest.mark.parametrize("solver,resolutions", [(sp.SpectralSolver, (12, 24)),
+                                                (sp.FiniteVolumeSolver, (8, 16))])
+def test_d3_against_the_s2_solvers(axisymmetric_s2, solver, resolutions):
+    model, rho0, times, zon = axisymmetric_s2
+    coarse, fine = (solver(model, r).solve(rho0, times) for r in resolutions)
+    for i in (1, 2):
+        l1 = lambda a, b: np.abs(a - b).sum()  # noqa: E731
+        err_zonal = l1(zon[200][i], zon[400][i])  # bounds the n = 400 error (second order: /3)
+        err_s2 = l1(s2_marginal(coarse, i), s2_marginal(fine, i))  # bounds the fine run's error
+        # agreement within the two solvers' own error estimates
+        assert l1(s2_marginal(fine, i), zon[400][i]) < err_zonal + err_s2, (times[i], err_zonal,
+                                                                            err_s2)
