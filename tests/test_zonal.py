@@ -248,6 +248,15 @@ def marginal_quantiles(edges, masses, p):
     return np.interp(p, cdf / cdf[-1], edges)
 
 
+def w2(qa, qb):
+    """1-D W2 (cost u^2) from the quantile functions at the same probabilities."""
+    return np.sqrt(np.mean((qa - qb) ** 2))
+
+
+def l1(a, b):
+    return np.abs(a - b).sum()
+
+
 def token_quantiles(theta, p):
     th = np.sort(theta)
     return th[np.minimum(np.ceil(p * th.size).astype(int) - 1, th.size - 1)]
@@ -272,7 +281,6 @@ def test_against_particles_drawn_zonally(d, beta, n_tokens):
     for i in range(times.size):
         qz = marginal_quantiles(sol.theta_edges, sol.cell_masses(i), p)
         qn, q4 = (token_quantiles(thetas[n][i], p) for n in (n_tokens, 4 * n_tokens))
-        w2 = lambda a, b: np.sqrt(np.mean((a - b) ** 2))  # noqa: E731  (1-D W2, cost u^2)
         # the 4N cloud's sampling error is about half the N cloud's, and W2(N, 4N) is at
         # least the larger of them: the mean field must sit closer to 4N than N does
         assert w2(qz, q4) < w2(qn, q4), (times[i], w2(qz, q4), w2(qn, q4))
@@ -307,7 +315,6 @@ def test_d3_against_the_s2_solvers(axisymmetric_s2, solver, resolutions):
     model, rho0, times, zon = axisymmetric_s2
     coarse, fine = (solver(model, r).solve(rho0, times) for r in resolutions)
     for i in (1, 2):
-        l1 = lambda a, b: np.abs(a - b).sum()  # noqa: E731
         err_zonal = l1(zon[200][i], zon[400][i])  # bounds the n = 400 error (second order: /3)
         err_s2 = l1(s2_marginal(coarse, i), s2_marginal(fine, i))  # bounds the fine run's error
         # agreement within the two solvers' own error estimates

@@ -27,9 +27,15 @@ from .. import timestepping
 from ..interaction.zonal import ZonalField, axial_coefficients, zero_temperature_speed
 from ..measures import Measure, PointCloud
 from ..sphere import log_sphere_area
-from .base import MASS_RTOL, DensitySolution, DensitySolver, check_mass, density_callable
+from .base import (
+    MASS_RTOL,
+    DensitySolution,
+    DensitySolver,
+    check_mass,
+    density_callable,
+)
 
-__all__ = ["ZonalSolver", "ZonalSolution"]
+__all__ = ["ZonalSolution", "ZonalSolver"]
 
 #: the time-stepping schemes that are convex combinations of forward-Euler steps (positivity)
 SSP_SCHEMES = ("euler", "heun", "ssprk3")
@@ -227,7 +233,7 @@ class ZonalSolver(DensitySolver):
         is checked."""
         logf = _log_density_callable(density0, self.d, self.axis)
         e = self.axis
-        lcell, th, lw = log_cell_measures(self.edges, self.d, self.quadrature_order)
+        _, th, lw = log_cell_measures(self.edges, self.d, self.quadrature_order)
         u = _perpendicular(e)
         lrho = logf(np.cos(th)[..., None] * e + np.sin(th)[..., None] * u)
         _check_zonal(logf, e, th, lrho, self.d)
@@ -305,7 +311,7 @@ def _log_density_callable(density0, d, axis):
     if own is not None and own is not getattr(Measure, "zonal_obstruction", None):
         why = density0.zonal_obstruction(axis)
         if why is not None:
-            raise ValueError(f"density0 = {density0!r} is not zonal about the axis: {why}")
+            raise ValueError(f"density0 ({type(density0).__name__}) is not zonal about the axis: {why}")
     if hasattr(density0, "log_density"):
         return density0.log_density
     f = density_callable(density0, d)

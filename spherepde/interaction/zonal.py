@@ -32,8 +32,13 @@ from scipy import special
 
 from .numerics import check_usa_overflow
 
-__all__ = ["log_mean_exp", "mean_ratio", "axial_coefficients", "zero_temperature_speed",
-           "ZonalField"]
+__all__ = [
+    "ZonalField",
+    "axial_coefficients",
+    "log_mean_exp",
+    "mean_ratio",
+    "zero_temperature_speed",
+]
 
 #: ive below this counts as underflowed (the log-space series takes over)
 _IVE_TINY = 1e-250
