@@ -28,6 +28,7 @@ _LAZY = {
     "FiniteVolumeSolver": ("density", "FiniteVolumeSolver"),
     "FiniteVolumeSolution": ("density", "FiniteVolumeSolution"),
     "ResolutionWarning": ("density", "ResolutionWarning"),
+    "ZonalSolver": ("density", "ZonalSolver"), "ZonalSolution": ("density", "ZonalSolution"),
     "w2": ("wasserstein", "w2"),
     "w2_to_limit": ("wasserstein", "w2_to_limit"),
     "wasserstein": ("wasserstein", None),

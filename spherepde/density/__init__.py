@@ -9,6 +9,7 @@ from .common import ResolutionWarning
 from .finite_volume import FiniteVolumeSolution, FiniteVolumeSolver
 from .s1_fourier import FourierSolution, FourierSolver
 from .s2_spectral import SpectralSolution, SpectralSolver
+from .zonal import ZonalSolution, ZonalSolver  # noqa: F401  (zonal densities, any d)
 
 __all__ = ["DensitySolver", "DensitySolution", "SpectralSolver", "SpectralSolution",
            "FourierSolver", "FourierSolution", "FiniteVolumeSolver", "FiniteVolumeSolution",
