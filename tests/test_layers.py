@@ -15,7 +15,7 @@ ALLOWED = {
     "sphere": set(),
     "transforms": {"sphere", "registry"},
     "interaction": {"sphere", "transforms", "registry"},
-    "timestepping": set(),
+    "timestepping": {"registry"},
     "density": {"sphere", "transforms", "registry", "interaction", "timestepping", "measures",
                 "model", "io"},
 }

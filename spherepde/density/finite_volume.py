@@ -68,6 +68,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import timestepping
+from ..registry import Registry
 from ..interaction.operators import (DirectQuadrature, VelocityOperator, ZeroTemperature,
                                      choose_operator)
 from ..sphere.cubed_sphere import PANELS, CubedSphere
@@ -120,6 +121,10 @@ def default_velocity_tol(mesh: CubedSphere) -> float:
 #: path="auto" uses direct quadrature up to this n (O(n^4) work, 0.2 s per evaluation at
 #: n = 24 on one core) and the harmonic field beyond.
 DIRECT_MAX_N = 24
+
+
+#: Multirate stepping: the default ``macro_tol`` (docs/methods.md, "Multirate finite volumes").
+DEFAULT_MACRO_TOL = 1e-3
 
 
 def _has_harmonic() -> bool:
@@ -345,6 +350,23 @@ class _Linear:
 
 
 # ---------------------------------------------------------------------------- the scheme
+#: The finest mesh a scheme is built for: its reconstruction holds 8 × 12 coefficients per cell
+#: (0.3 GB at n = 256, 1.2 GB at n = 512) and a run at n = 512 takes days on a few cores.
+MAX_N = 512
+
+
+def _check_resolution(n: int, reconstruction: str) -> None:
+    """Refuse meshes the scheme cannot be built on, naming the limit."""
+    if n > MAX_N:
+        gb = 6 * n * n * 8 * 12 * 8 / 1e9
+        raise ValueError(f"n = {n} is beyond the finest mesh the finite-volume scheme builds "
+                         f"(n <= {MAX_N}); its reconstruction alone would take {gb:.1f} GB. "
+                         "Choose a smaller n")
+    if n < 2 and reconstruction in ("quadratic", "cubic"):
+        raise ValueError(f"the {reconstruction} reconstruction needs n >= 2 (at n = 1 a cell has "
+                         "no neighbours across a vertex); use n >= 2 or reconstruction='linear'")
+
+
 class FiniteVolumeScheme:
     r"""The spatial discretisation on a :class:`CubedSphere`: reconstruction, upwind fluxes and
     the flux-form tendency of the cell masses, for given normal velocities at the edge points.
@@ -364,6 +386,9 @@ class FiniteVolumeScheme:
     """
 
     def __init__(self, mesh, limiter: str = "barth_jespersen", reconstruction: str = "cubic"):
+        n = mesh.n if isinstance(mesh, CubedSphere) else mesh
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+            _check_resolution(int(n), reconstruction)
         if not isinstance(mesh, CubedSphere):
             mesh = CubedSphere(mesh)
         if limiter not in LIMITERS:
@@ -747,16 +772,23 @@ class _CellMassSolver(DensitySolver):
 
     d = 3
     solution_class = FiniteVolumeSolution
-    time_setting_names = ("scheme", "cfl")
+    time_setting_names = ("scheme", "cfl", "stepping", "macro_tol")
     setting_names = ("n", "limiter", "reconstruction", "quadrature_order", "kernel",
                      "velocity_tol")
     #: the step control gives up after this many steps (a field far too fast for the mesh)
-    max_steps = 10_000_000
+    max_steps = timestepping.DEFAULT_MAX_STEPS
 
     def __init__(self, model, n, scheme, cfl, limiter, quadrature_order, mass_rtol,
-                 reconstruction="cubic"):
+                 reconstruction="cubic", stepping="multirate", macro_tol=DEFAULT_MACRO_TOL):
         _check_common(scheme, cfl, limiter)
+        STEPPINGS.get(stepping)
+        if not (isinstance(macro_tol, (int, float)) and math.isfinite(macro_tol)
+                and 0.0 < macro_tol < 1.0):
+            raise ValueError(f"macro_tol must be a number in (0, 1) (the velocity's relative "
+                             f"change a macro step may leave unresolved); got {macro_tol!r}")
         super().__init__(model, scheme=scheme, cfl=cfl, mass_rtol=float(mass_rtol))
+        self.stepping = stepping
+        self.macro_tol = float(macro_tol)
         if model is not None and model.d != 3:
             raise ValueError(f"the finite-volume solver works on S^2 (d = 3); the model has "
                              f"d = {model.d}")
@@ -769,6 +801,7 @@ class _CellMassSolver(DensitySolver):
         self.limiter = limiter
         self.reconstruction = reconstruction
         self.node_weights = self.mesh.areas
+        self._edge_area = self.mesh.face_lengths ** 2
         self.field = None
 
     # ------------------------------------------------------------------ the state
@@ -823,66 +856,54 @@ class _CellMassSolver(DensitySolver):
         return self.tendency(t, masses)[0]
 
     def integrate(self, f, y0, times, callback, progress, stats, dt_max=None) -> None:
-        """The positivity step control (module docstring), replacing the base's CFL-capped
-        registry steps: every step is dt = cfl/r with r the positivity rate of the current
-        state, re-taken with dt = cfl/r' when a later stage's rate r' exceeds 1/dt, and the
-        last step of an output interval shortened to land on the output time. ``f`` is not
-        used: the control needs the rate that :meth:`tendency` returns with dm/dt, and the
-        first stage's tendency is the one that set the step. ``stats["max_courant"]`` is the
-        largest dt·r reached (<= 1 keeps every cell mass >= 0)."""
+        """The step control of :meth:`run`: :func:`spherepde.timestepping.march` with the
+        controller of :attr:`stepping` (:data:`STEPPINGS`), replacing the base's CFL-capped
+        registry steps. ``f`` and ``dt_max`` are not used: the positivity control needs the
+        rate that :meth:`tendency` returns with dm/dt. ``stats["max_courant"]`` is the largest
+        dt·r reached (<= 1 keeps every cell mass >= 0)."""
+        controller = STEPPINGS.get(self.stepping)(self)
+        timestepping.march(controller, y0, times, callback=callback, progress=progress,
+                           keep=lambda i: False, stats=stats, max_steps=self.max_steps)
+
+    def per_stage_controller(self) -> timestepping.PositivityRate:
+        """The velocity evaluated at every Runge–Kutta stage, every step dt = cfl/r."""
+        return timestepping.PositivityRate(self.tendency, timestepping.get_scheme(self.scheme),
+                                           self.cfl)
+
+    def multirate_controller(self) -> timestepping.Multirate:
+        """The velocity evaluated once per macro step (its length set by ``macro_tol``), the
+        transport substepped inside under the positivity bound with the velocity extrapolated
+        linearly in time (:class:`spherepde.timestepping.Multirate`)."""
         tab = timestepping.get_scheme(self.scheme)
-        cfl = self.cfl
-        first = {}
-        stage_rate = [0.0]
+        fv, cfl = self.fv, self.cfl
 
-        def stage(t, y):
-            if first.get("y") is y and first["t"] == t:
-                return first["k"]
-            dm, r = self.tendency(t, y)
-            stage_rate[0] = max(stage_rate[0], r)
-            return dm
+        def substeps(u_of):
+            return timestepping.PositivityRate(lambda s, m: fv.tendency(m, u_of(s)), tab, cfl)
 
-        stats.setdefault("max_courant", 0.0)
-        y = y0
-        t = float(times[0])
-        if callback(0, t, y):
-            return
-        for i in range(1, len(times)):
-            t1 = float(times[i])
-            while t < t1:
-                if stats["steps"] + stats["rejected"] >= self.max_steps:
-                    raise RuntimeError(f"more than {self.max_steps} steps; reduce n or raise cfl")
-                k1, r = self.tendency(t, y)
-                stats["fevals"] += 1
-                first.update(y=y, t=t, k=k1)
-                dt = cfl / r if r > 0 else t1 - t
-                last = t + dt >= t1 - 1e-12 * max(1.0, abs(t1))
-                if last:
-                    dt = t1 - t
-                while True:
-                    stage_rate[0] = r
-                    y_new, _ = timestepping.rk_step(stage, t, y, dt, tab)
-                    stats["fevals"] += tab.stages - 1
-                    # positivity needs dt·r <= 1 at every stage (only a cfl > 1 or a velocity
-                    # that grows within the step gets here)
-                    if stage_rate[0] * dt <= 1.0 + 1e-12 or cfl > 1.0:
-                        break
-                    stats["rejected"] += 1
-                    dt = cfl / stage_rate[0]
-                    last = False
-                stats["max_courant"] = max(stats["max_courant"], stage_rate[0] * dt)
-                y = y_new
-                t = t1 if last else t + dt
-                stats["steps"] += 1
-                if progress is not None:
-                    progress(t)
-            if not np.all(np.isfinite(y)):
-                raise FloatingPointError(f"the cell masses became NaN/inf before t = {t1}")
-            if callback(i, t1, y):
-                return
+        return timestepping.Multirate(self.field, substeps, self.velocity_defect, self.macro_tol,
+                                      max_substeps=self.max_steps)
 
-    def step_hint(self) -> str:
-        return f"The density is likely no longer resolved: refine the mesh (n = {self.n})"
+    def velocity_defect(self, u, u_ref, masses) -> float:
+        r"""The density-weighted RMS of u - u_ref relative to that of u,
+
+        .. math:: e = \Big(\frac{\sum_{e,q} w_{eq} (u_{eq} - u^{ref}_{eq})^2}
+                  {\sum_{e,q} w_{eq}\, u_{eq}^2}\Big)^{1/2},\qquad w_{eq} = |e|^2\,\rho_{eq},
+
+        with :math:`\rho_{eq}` the larger of the two limited reconstructions at the edge point
+        (:meth:`EdgeVelocity.edge_density`) and :math:`|e|^2` the area an edge stands for: an
+        estimate of :math:`\|u - u^{ref}\|_{L^2(\rho)} / \|u\|_{L^2(\rho)}`, the relative
+        rate at which W2 between the two flows can grow."""
+        w = self.field.edge_density(masses) * self._edge_area[:, None]
+        norm2 = float(np.sum(w * u * u))
+        diff2 = float(np.sum(w * (u - u_ref) ** 2))
+        if norm2 == 0.0:
+            return 0.0 if diff2 == 0.0 else math.inf
+        return math.sqrt(diff2 / norm2)
+
+#: How a cell-mass solver steps in time: name -> controller factory of the solver.
+STEPPINGS = Registry("finite-volume time stepping")
+STEPPINGS.register("multirate", _CellMassSolver.multirate_controller)
+STEPPINGS.register("per-stage", _CellMassSolver.per_stage_controller)
 
 
 class TransportSolver(_CellMassSolver):
@@ -894,16 +915,17 @@ class TransportSolver(_CellMassSolver):
     n : int
         Cells along a cube edge (6 n² cells).
     velocity : callable velocity(t, x), x: (..., 3) -> (..., 3) tangent vectors
-    scheme, cfl, limiter, quadrature_order, mass_rtol, reconstruction : as
+    scheme, cfl, limiter, quadrature_order, mass_rtol, reconstruction, stepping, macro_tol : as
         :class:`FiniteVolumeSolver`
     """
 
     needs_model = False
 
     def __init__(self, n, velocity, scheme="ssprk3", cfl=0.9, limiter="barth_jespersen",
-                 quadrature_order=3, mass_rtol=1e-6, reconstruction="cubic"):
+                 quadrature_order=3, mass_rtol=1e-6, reconstruction="cubic",
+                 stepping="multirate", macro_tol=DEFAULT_MACRO_TOL):
         super().__init__(None, n, scheme, cfl, limiter, quadrature_order, mass_rtol,
-                         reconstruction)
+                         reconstruction, stepping, macro_tol)
         self.field = EdgeVelocity(self.fv, velocity=velocity)
 
 
@@ -945,6 +967,16 @@ class FiniteVolumeSolver(_CellMassSolver):
     planned : bool
         Harmonic path: planned transforms (default) or ducc0's non-equispaced SHT at every
         call (the reference; same results to ~1e-13).
+    stepping : "multirate" (default) or "per-stage" (:data:`STEPPINGS`)
+        "multirate": the velocity is evaluated once per macro step, whose length keeps the
+        velocity's unresolved change in time below ``macro_tol``, and the transport substeps
+        under the positivity bound inside it with the velocity extrapolated linearly in time
+        (:class:`spherepde.timestepping.Multirate`); "per-stage": the velocity at every stage
+        of every positivity-bounded step (the reference).
+    macro_tol : float
+        Multirate: the accepted defect of the extrapolated velocity at the end of a macro
+        step, :meth:`velocity_defect` (relative, density-weighted RMS); docs/methods.md, "Multirate
+        finite volumes", maps it to the error of a W2 curve.
 
     Examples
     --------
@@ -957,9 +989,10 @@ class FiniteVolumeSolver(_CellMassSolver):
 
     def __init__(self, model, n, scheme="ssprk3", cfl=0.9, limiter="barth_jespersen",
                  path="auto", kernel="auto", quadrature_order=3, mass_rtol=1e-6,
-                 reconstruction="cubic", velocity_tol=None, planned=True):
+                 reconstruction="cubic", velocity_tol=None, planned=True, stepping="multirate",
+                 macro_tol=DEFAULT_MACRO_TOL):
         super().__init__(model, n, scheme, cfl, limiter, quadrature_order, mass_rtol,
-                         reconstruction)
+                         reconstruction, stepping, macro_tol)
         if velocity_tol is None:
             velocity_tol = default_velocity_tol(self.mesh)
         if not (isinstance(velocity_tol, (int, float)) and 0.0 < velocity_tol < 1.0):
