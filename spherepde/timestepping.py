@@ -252,7 +252,8 @@ class FixedStep(StepController):
 
     capped = False  # the cap is read in interval(); a given dt takes precedence over it
 
-    def __init__(self, f: Callable, tab: Tableau, dt: float | None = None, retract: Callable = None):
+    def __init__(self, f: Callable, tab: Tableau, dt: float | None = None,
+                 retract: Callable = None):
         self.f, self.tab, self.dt = f, tab, dt
         self.retract = _add if retract is None else retract
         self.h = None
