@@ -17,14 +17,17 @@ the order of the scheme), or that of the cell measure from its harmonic moments
 and cell nodes, and exact cap sums where the harmonic sums cannot certify the solver's
 ``velocity_tol``).
 
-The solvers subclass :class:`spherepde.density.base.DensitySolver` (input checks, outputs,
-resolution stop, diagnostics, export); the step control above is their
-
 Time stepping (:data:`STEPPINGS`): "multirate" (default) evaluates the velocity once per macro
 step and substeps the transport inside it under the positivity bound dt·r <= cfl
 (:class:`spherepde.timestepping.Multirate`); "per-stage" evaluates it at every stage of every
 step (:class:`spherepde.timestepping.PositivityRate`). Both keep the mass to round-off and every
-cell mass >= 0 (cfl <= 1, SSP schemes); nothing is clipped.
+cell mass >= 0 (cfl <= 1, SSP schemes); nothing is clipped. docs/methods.md, "Multirate finite
+volumes", gives the error model of the macro steps.
+
+The solvers subclass :class:`spherepde.density.base.DensitySolver` (input checks, outputs,
+resolution stop, diagnostics, export); the time stepping is their
+:meth:`~spherepde.density.base.DensitySolver.integrate`, one call of
+:func:`spherepde.timestepping.march`.
 """
 from __future__ import annotations
 
