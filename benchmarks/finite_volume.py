@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -234,6 +235,205 @@ def convergence_table(files):
               f"steps {int(d['steps'])}, exact-sum share {share:.3f}")
 
 
+STUDY_RUNS = Path(__file__).resolve().parent.parent / "validation/output/low_temperature_runs"
+
+
+def _default_model(beta):
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+
+    return build_model(DEFAULT, beta), build_initial(DEFAULT)
+
+
+def _w2_curve(sol, model):
+    import spherepde as sp
+
+    limit = model.limit_measure(sol.initial_measure)
+    return np.array([float(sp.w2(sol.measure(i), limit)) for i in range(len(sol.times))])
+
+
+def _committed_deviation(beta, n, times, w):
+    """(max |w - committed curve|, convergence threshold = 5% of the committed minimum) against
+    the study's committed dim E = 1 finite-volume piece at (beta, n); NaN where there is none."""
+    import glob
+
+    ref = sorted(glob.glob(f"{STUDY_RUNS}/E1_finite_volume_beta={beta:g}_res={n}_*.npz"))
+    if not ref:
+        return float("nan"), float("nan")
+    z = np.load(ref[0])
+    k = min(len(z["w2"]), len(w))
+    if not np.allclose(z["times"][:k], times[:k]):
+        return float("nan"), float("nan")
+    return float(np.max(np.abs(w[:k] - z["w2"][:k]))), 0.05 * float(np.min(z["w2"]))
+
+
+def study(ns, beta, t_end, n_out, stepping, out):
+    """The study's dim E = 1 piece at beta and each n, in one solve to t_end with ``stepping``,
+    against the committed piece (validation/output/low_temperature_runs/): wall time, field
+    evaluations, and the largest deviation of the W2 curve in units of the convergence
+    threshold (5% of the committed curve's minimum)."""
+    from spherepde.density.finite_volume import FiniteVolumeSolver
+
+    model, mu0 = _default_model(beta)
+    times = np.linspace(0.0, t_end, n_out)
+    rows = []
+    for n in ns:
+        solver = FiniteVolumeSolver(model, n, stepping=stepping)
+        t0, c0 = time.perf_counter(), time.process_time()
+        sol = solver.solve(mu0, times)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        w = _w2_curve(sol, model)
+        np.savez(f"{out}_beta={beta:g}_n={n}_{stepping}.npz", times=times, w2=w, wall=wall,
+                 cpu=cpu, **{k: v for k, v in sol.stats.items() if np.isscalar(v)})
+        dev, thr = _committed_deviation(beta, n, times, w)
+        st = sol.stats
+        rows.append([n, stepping, f"{times[-1]:g}", round(wall, 1), round(cpu, 1),
+                     st.get("fevals"), st.get("substeps", st.get("steps")), dev, dev / thr])
+        print(rows[-1], flush=True)
+    return rows
+
+
+def multirate(ns, beta, t_end, repeat, per_stage_max_n=64):
+    """Per-stage against multirate over [0, t_end] at each n in the same run (default
+    scenario): wall time of each, field evaluations, transport steps, the speed-up, the
+    deviation of the cell masses and of W2(rho_t_end, Pi#rho0), and the cost of one field
+    evaluation and of one transport step (an SSPRK3 step with the velocity held: three
+    reconstructions and flux sums), each the best of ``repeat``."""
+    from spherepde.density.finite_volume import FiniteVolumeSolver
+
+    model, mu0 = _default_model(beta)
+    rows = []
+    for n in ns:
+        sols, walls = {}, {}
+        for stepping in ("per-stage", "multirate") if n <= per_stage_max_n else ():
+            solver = FiniteVolumeSolver(model, n, stepping=stepping)
+            t0 = time.perf_counter()
+            sols[stepping] = solver.solve(mu0, [0.0, t_end])
+            walls[stepping] = time.perf_counter() - t0
+        if not sols:  # the costs alone, at the initial state
+            solver = FiniteVolumeSolver(model, n)
+        m = sols["multirate"].masses[-1] if sols else solver.initial_state(mu0)
+        u = solver.field(t_end, m)
+        field_s = min(_timed(lambda: solver.field(t_end, m)) for _ in range(repeat))
+        step_s = min(_timed(lambda: [solver.fv.tendency(m, u) for _ in range(3)])
+                     for _ in range(repeat))
+        if not sols:
+            rows.append([n] + ["-"] * 7 + [round(1e3 * field_s, 2), round(1e3 * step_s, 2),
+                                           "-", "-"])
+            print(rows[-1], flush=True)
+            continue
+        mr, ps = sols["multirate"], sols["per-stage"]
+        w = [_w2_curve(s, model)[-1] for s in (ps, mr)]
+        rows.append([n, round(walls["per-stage"], 2), round(walls["multirate"], 2),
+                     round(walls["per-stage"] / walls["multirate"], 2), ps.stats["fevals"],
+                     mr.stats["fevals"], ps.stats["steps"], mr.stats["substeps"],
+                     round(1e3 * field_s, 2), round(1e3 * step_s, 2),
+                     float(np.abs(ps.masses[-1] - mr.masses[-1]).sum()), abs(w[0] - w[1])])
+        print(rows[-1], flush=True)
+    return rows
+
+
+def threads(ns, beta, repeat):
+    """Ratios in one run: one field evaluation with the planned field's 2-D FFTs through numpy
+    against transforms.fourier.fft2 (ducc0, threaded), and one transport step (three
+    tendencies) with numba on one thread against all (start with NUMBA_NUM_THREADS >= 2)."""
+    import numba
+
+    import spherepde.interaction.harmonic as harmonic
+    from spherepde.density.finite_volume import FiniteVolumeSolver
+    from spherepde.transforms import fourier
+
+    def numpy_fft2(a, forward=True, nthreads=None):
+        return np.fft.fft2(a) if forward else np.fft.ifft2(a) * (a.shape[-2] * a.shape[-1])
+
+    model, mu0 = _default_model(beta)
+    most = numba.config.NUMBA_NUM_THREADS
+    rows = []
+    for n in ns:
+        solver = FiniteVolumeSolver(model, n)
+        m = solver.initial_state(mu0)
+        u = solver.field(0.0, m)
+        field_t = {}
+        for name, fn in (("numpy", numpy_fft2), ("ducc0", fourier.fft2)):
+            harmonic.fft2 = fn
+            field_t[name] = min(_timed(lambda: solver.field(0.0, m)) for _ in range(repeat))
+        harmonic.fft2 = fourier.fft2
+        step_t = {}
+        for k in sorted({1, most}):
+            numba.set_num_threads(k)
+            step_t[k] = min(_timed(lambda: [solver.fv.tendency(m, u) for _ in range(3)])
+                            for _ in range(repeat))
+        numba.set_num_threads(most)
+        rows.append([n, round(1e3 * field_t["numpy"], 2), round(1e3 * field_t["ducc0"], 2),
+                     round(field_t["numpy"] / field_t["ducc0"], 3), round(1e3 * step_t[1], 2),
+                     most, round(1e3 * step_t[most], 2), round(step_t[1] / step_t[most], 3)])
+        print(rows[-1], flush=True)
+    return rows
+
+
+THREADS_HEADER = ["n", "field ms (numpy FFT)", "field ms (ducc0 FFT)", "ratio",
+                  "transport step ms (1 thread)", "threads", "transport step ms", "ratio"]
+
+
+def report_multirate(ns, beta, t_end, repeat, report, study_prefix="/tmp/fvstudy/run"):
+    """The multirate and threads tables in one run; with ``report`` also written, with the
+    study runs saved under ``study_prefix`` (the ``study`` command), to
+    docs/benchmarks/finite_volume.md."""
+    import glob
+
+    import numba
+
+    # the steppings compared on one numba thread (a shared machine's second core is often
+    # busy, and a parallel loop then waits for it); threads() measures the second one apart
+    most = numba.get_num_threads()
+    numba.set_num_threads(1)
+    rows = multirate(ns, beta, t_end, repeat)
+    numba.set_num_threads(most)
+    trows = threads(ns, beta, repeat)
+    if not report:
+        return
+    from _report import markdown_table, write
+
+    srows = []
+    found = glob.glob(f"{study_prefix}_beta={beta:g}_n=*_multirate.npz")
+    for f in sorted(found, key=lambda f: int(f.split("_n=")[1].split("_")[0])):
+        z = np.load(f)
+        n = int(f.split("_n=")[1].split("_")[0])
+        dev, thr = _committed_deviation(beta, n, z["times"], z["w2"])
+        srows.append([n, float(z["wall"]), float(z["cpu"]), int(z["fevals"]),
+                      int(z["substeps"]), dev, dev / thr])
+    body = (f"Default scenario (dim E = 1), beta = {beta:g}. The machine is shared with other "
+            "jobs: compare ratios within a table, not absolute times.\n\n"
+            f"## Multirate against per-stage over t in [0, {t_end:g}], same run, one numba "
+            "thread\n\n"
+            + markdown_table(MULTIRATE_HEADER, rows)
+            + "\n\nField eval: one evaluation of the face velocities at the multirate state "
+              "reached (at the initial state where no solve ran); transport step: three "
+              "tendencies (one SSPRK3 step) with the velocity held. Deviations: l1 of the "
+              "cell masses and |W2 difference| at t_end.\n\n"
+            "## Threads and FFT library, same run\n\n" + markdown_table(THREADS_HEADER, trows)
+            + "\n\nA threads ratio below 1 means the parallel loops waited for a second core "
+              "that another job held: on a shared machine these rows measure its load, and "
+              "only an idle machine measures what the second core gains.\n")
+    if srows:
+        body += ("\n## The study pieces (multirate, one solve each)\n\nFrom `PYTHONPATH=. "
+                 f"python benchmarks/finite_volume.py study --beta {beta:g} --n 64 128 --out "
+                 f"{study_prefix}` (t = 14, 57 outputs), against the committed per-stage pieces "
+                 "of validation/output/low_temperature_runs/; the convergence threshold is 5% "
+                 "of the committed curve's minimum.\n\n"
+                 + markdown_table(["n", "wall s", "CPU s", "field evals", "substeps",
+                                   "max W2 deviation from the committed piece",
+                                   "in convergence thresholds"], srows)
+                 + "\n")
+    print(write("finite_volume", "Finite volumes: multirate stepping and field cost", body))
+
+
+MULTIRATE_HEADER = ["n", "per-stage s", "multirate s", "speed-up", "field evals per-stage",
+                    "field evals multirate", "steps per-stage", "substeps multirate",
+                    "field eval ms", "transport step ms", "l1 mass deviation",
+                    "W2(t_end) deviation"]
+
+
 def _timed(fn):
     t0 = time.perf_counter()
     fn()
@@ -242,7 +442,11 @@ def _timed(fn):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["cost", "concentration", "table"])
+    p.add_argument("what", choices=["cost", "concentration", "table", "study", "multirate",
+                                    "threads"])
+    p.add_argument("--stepping", default="multirate")
+    p.add_argument("--report", action="store_true",
+                   help="multirate: write docs/benchmarks/finite_volume.md")
     p.add_argument("--beta", type=float, nargs="+", default=[math.inf])
     p.add_argument("--t-end", type=float, default=14.0)
     p.add_argument("--n-out", type=int, default=57)
@@ -262,6 +466,12 @@ if __name__ == "__main__":
              a.ref_max_n_concentrated)
     elif a.what == "table":
         convergence_table(a.files)
+    elif a.what == "study":
+        study(a.n or [64, 128], a.beta[0], a.t_end, a.n_out, a.stepping, a.out)
+    elif a.what == "multirate":
+        report_multirate(a.n or [32, 64, 128, 256], a.beta[0], a.t_end, a.repeat, a.report)
+    elif a.what == "threads":
+        threads(a.n or [64, 128], a.beta[0], a.repeat)
     else:
         concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out, a.path, a.velocity_tol,
                       a.out)

@@ -14,8 +14,9 @@ def test_default_scenario_is_valid():
 
 def test_finite_volume_defaults_adapt_to_the_scenario():
     # the default finite-volume betas are those of run.betas it shares; none is an empty list
-    assert validate_config({"run": {"betas": [4.0, "inf"]}})["finite_volume"]["betas"] == [math.inf]
-    assert validate_config({"run": {"betas": [4.0]}})["finite_volume"]["betas"] == []
+    assert validate_config({"run": {"betas": [4.0, "inf"]}})["finite_volume"]["betas"] == [
+        4.0, math.inf]
+    assert validate_config({"run": {"betas": [5.0]}})["finite_volume"]["betas"] == []
     # Q = K = V = I in d = 5 (a sweep scenario): the finite volumes switch off by themselves
     cfg = validate_config({"model": {"matrices": "identity", "d": 5},
                            "initial": {"kind": "uniform"}, "spectral": {"enabled": False}})

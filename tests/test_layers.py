@@ -15,8 +15,8 @@ ROOT = Path(spherepde.__file__).parent
 
 #: every top-level module or package of spherepde -> its layer; it may import lower layers only
 LAYER = {
-    "_numba_target": 0, "registry": 0, "sphere": 0, "timestepping": 0,
-    "transforms": 1, "measures": 1,
+    "_numba_target": 0, "registry": 0, "sphere": 0,
+    "transforms": 1, "measures": 1, "timestepping": 1,
     "interaction": 2, "exact": 2,
     "model": 3,
     "io": 4,

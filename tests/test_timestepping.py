@@ -38,10 +38,10 @@ def field(model):
     return lambda t, x: model.velocity(x)
 
 
-@pytest.mark.parametrize("name", sorted(ts.SCHEMES))
+@pytest.mark.parametrize("name", ts.SCHEMES.names())
 def test_empirical_order(problem, name):
     model, x0, ref = problem
-    tab = ts.SCHEMES[name]
+    tab = ts.get_scheme(name)
     steps = np.array([16, 32, 64, 128, 256])
     errs = []
     for n in steps:
@@ -182,3 +182,94 @@ def test_dopri5_reuses_its_last_stage():
                          atol=1e-10)
     assert st["rejected"] > 0  # the count below covers both kinds of step
     assert st["fevals"] == len(calls) == 2 + 1 + 6 * (st["steps"] + st["rejected"])
+
+
+# ---------------------------------------------------------------- the driver and its controllers
+def _within(seconds, fn):
+    """fn() under an alarm: a hang fails the test instead of stalling the suite."""
+    import signal
+
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail(f"no answer within {seconds} s"))
+    signal.alarm(seconds)
+    try:
+        return fn()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_schemes_and_norms_are_registries_listing_what_is_installed():
+    from spherepde.registry import Registry
+
+    assert isinstance(ts.SCHEMES, Registry) and isinstance(ts.ERROR_NORMS, Registry)
+    assert {"euler", "heun", "ssprk3", "rk4", "dopri5"} <= set(ts.SCHEMES.names())
+    listed = r"registered: \['dopri5', 'euler', 'heun', 'rk4', 'ssprk3'\]"
+    with pytest.raises(ValueError, match=listed):
+        ts.get_scheme("rk7")
+    assert ts.get_error_norm("rms")(np.array([3.0, 4.0])) == pytest.approx(np.sqrt(12.5))
+
+
+def test_a_fixed_step_beyond_the_budget_is_refused_naming_dt():
+    # 10^298 steps: refused before any work, with the setting to change
+    f = lambda t, y: -y
+    with pytest.raises(ts.StepBudgetError, match=r"dt = 1e-300.*raise dt"):
+        _within(10, lambda: ts.integrate(f, np.ones(2), [0.0, 0.01], scheme="euler", dt=1e-300))
+    # the budget counts steps: 101 steps do not fit into max_steps = 100
+    with pytest.raises(ts.StepBudgetError, match="max_steps = 100"):
+        ts.integrate(f, np.ones(2), [0.0, 1.01], scheme="euler", dt=0.01, max_steps=100)
+    out, st = ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="euler", dt=0.01, max_steps=100)
+    assert st["steps"] == 100
+
+
+def test_particle_solver_with_a_tiny_fixed_step_ends_with_an_error():
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=4.0)
+    x = sp.measures.Uniform(3).sample(20, seed=1)
+    solver = sp.ParticleSolver(model, scheme="euler", dt=1e-300)
+    with pytest.raises(RuntimeError, match="raise dt"):
+        _within(20, lambda: solver.solve(x, [0.0, 0.01]))
+
+
+def test_usa_at_beta_500_ends_with_a_step_size_error_not_a_division_by_zero():
+    # |dy/dt| ~ e^500 overflows the scaled norms of the starting-step heuristic: the run is
+    # refused as unresolvable, with the solver's hint (rescale_time)
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=500.0, normalized=False)
+    x = sp.measures.Uniform(3).sample(50, seed=0)
+    with pytest.raises(ts.StepSizeError, match="rescale_time"):
+        _within(60, lambda: sp.ParticleSolver(model).solve(x, [0.0, 0.01]))
+
+
+def test_positivity_rate_reuses_the_first_stage_and_retakes_a_step_whose_rate_grows():
+    # dy/dt = -r(t) y with the rate r(t) = 1 + 10 t growing within a step: the rate of a later
+    # stage exceeds the first one's, so the step is re-taken with dt = cfl/r'.
+    calls = []
+
+    def tendency(t, y):
+        calls.append(t)
+        r = 1.0 + 10.0 * t
+        return -r * y, r
+
+    ctrl = ts.PositivityRate(tendency, ts.get_scheme("ssprk3"), cfl=1.0)
+    out, st = ts.march(ctrl, np.ones(1), [0.0, 2.0])
+    assert st["rejected"] > 0
+    # one evaluation to find r, then stages - 1 per attempt: the first stage is never redone
+    assert len(calls) == st["fevals"] == st["steps"] + 2 * (st["steps"] + st["rejected"])
+    assert st["max_courant"] <= 1.0 + 1e-12
+    assert out[-1][0] > 0.0
+
+
+def test_pi_control_reaches_the_tolerance_with_fewer_rejections():
+    # Gustafsson's PI controller (beta = 0.4/(q+1)) damps the step-size oscillation of the
+    # elementary one on a problem whose step is limited by accuracy: it must reach the same
+    # accuracy, with no more rejected steps.
+    def f(t, y):
+        return np.array([y[1], -y[0]]) * (1.0 + 0.9 * np.cos(5 * t))
+
+    runs = {}
+    for beta in (0.0, 0.08):
+        ctrl = ts.Adaptive(f, ts.get_scheme("dopri5"), 1e-8, 1e-10, pi_beta=beta)
+        runs[beta] = ts.march(ctrl, np.array([1.0, 0.0]), [0.0, 20.0])
+    ref = ts.integrate(f, np.array([1.0, 0.0]), [0.0, 20.0], rtol=1e-12, atol=1e-14)[0][-1]
+    for beta, (out, st) in runs.items():
+        # 20 time units at rtol 1e-8: the global error stays within 1000 rtol
+        assert np.abs(out[-1] - ref).max() < 1e-5, beta
+    assert runs[0.08][1]["rejected"] <= runs[0.0][1]["rejected"]

@@ -106,6 +106,7 @@ from numba import njit, prange
 
 from ..sphere import orthogonal_factor
 from ..transforms.sht import ducc0_locations as _loc
+from ..transforms.fourier import fft2
 from ..transforms.sht import fft_size, lm_arrays
 from . import register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
@@ -905,7 +906,8 @@ class PlannedField:
     def _centered_coefficients(self, D):
         """Torus Fourier coefficients of doubled-grid values D (..., M1, M2), in the centred
         order of the NUFFT (index 0 = mode -M/2), the unused Nyquist modes set to 0."""
-        c = np.fft.fftshift(np.fft.fft2(D), axes=(-2, -1)) / (D.shape[-2] * D.shape[-1])
+        c = np.fft.fftshift(fft2(D, nthreads=self._threads), axes=(-2, -1)) \
+            / (D.shape[-2] * D.shape[-1])
         c[..., 0, :] = 0.0
         c[..., :, 0] = 0.0
         return c
@@ -951,7 +953,7 @@ class PlannedField:
         F[0, :] = 0.0  # the Nyquist modes: no Y_lm of degree <= L has them
         F[:, 0] = 0.0
         M = self.shape[0] * self.shape[1]
-        H = np.fft.ifft2(np.fft.ifftshift(F)).real * M
+        H = fft2(np.fft.ifftshift(F), forward=False, nthreads=self._threads).real
         a = ducc0.sht.adjoint_synthesis_2d(map=self._fold(H)[None], spin=0, lmax=self.field.degree,
                                            geometry="CC", nthreads=self._threads)[0]
         return Moments(3, self.field.degree, a / M, float(np.abs(w).sum()))
