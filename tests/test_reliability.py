@@ -542,3 +542,84 @@ def test_the_app_solvers_are_a_registry():
     assert tuple(scenario.SOLVER_ENTRIES.names()) == scenario.SOLVERS
     with pytest.raises(ValueError, match="particles"):
         scenario.Task("nope", 1.0, validate_config({})).resolution
+
+
+# ---------------------------------------------------------------------------- messages
+def test_an_output_below_a_broken_link_names_the_link(tiny, tmp_path, capsys):
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")
+    code, _, err = run_cli(["run", str(tiny), "--out", str(tmp_path / "dangling" / "o"),
+                            "--quiet"], capsys)
+    assert code == 2 and "broken symbolic link" in err and "dangling" in err
+    assert "is a file" not in err
+    assert_one_line_error(err)
+    assert not (tmp_path / "gone").exists()  # the link was not followed
+
+
+def test_an_output_in_a_virtual_file_system_says_so(tiny, capsys):
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    # /proc answers "No such file or directory" to mkdir, of a folder whose parent exists
+    code, _, err = run_cli(["run", str(tiny), "--out", "/proc/spherepde-out", "--quiet"], capsys)
+    assert code == 2 and "/proc" in err and "does not accept new" in err
+    assert "No such file or directory" not in err
+    assert_one_line_error(err)
+
+
+def test_a_foreign_netcdf_file_is_described(tmp_path, capsys):
+    import xarray as xr
+
+    other = tmp_path / "other.nc"
+    xr.Dataset({"temperature": ("x", np.arange(3.0))}).to_netcdf(other)
+    code, _, err = run_cli(["plot", str(other), "--out", str(tmp_path / "f")], capsys)
+    assert code == 2 and "something else" not in err
+    # what the file is (a NetCDF file of other variables) and what was expected
+    assert "temperature" in err and "results.nc" in err and "spherepde run" in err
+    assert_one_line_error(err)
+
+
+def test_the_usa_overflow_message_states_a_limit_below_the_value():
+    import re
+
+    from spherepde import Model
+
+    beta = 705.0  # |B|_2 = 1 (B = I): the kernel's maximum is e^705, within float64's e^709.8
+    with pytest.raises(ValueError) as exc:
+        Model(V=np.eye(3), beta=beta, normalized=False, rescale_time=True)
+    sizes = [float(s.rstrip(".")) for s in re.findall(r"e\^([0-9.]+)", str(exc.value))]
+    assert beta in sizes
+    assert all(s <= beta for s in sizes), exc.value  # no limit that the value does not exceed
+
+
+# ---------------------------------------------------------------------------- plot
+@pytest.fixture
+def saved(tiny, tmp_path, capsys):
+    """The results Dataset of the tiny scenario, loaded into memory."""
+    import xarray as xr
+
+    code, _, _ = run_cli(["run", str(tiny), "--out", str(tmp_path / "run"), "--quiet",
+                          "--no-figures"], capsys)
+    assert code == 0
+    return xr.load_dataset(tmp_path / "run" / "results.nc")
+
+
+def test_plot_without_the_w2_variable_is_one_line(saved, tmp_path, capsys):
+    bad = tmp_path / "edited.nc"
+    saved.drop_vars("w2").to_netcdf(bad)
+    code, _, err = run_cli(["plot", str(bad), "--out", str(tmp_path / "f"), "--no-animation"],
+                           capsys)
+    assert code == 2 and "'w2'" in err and "KeyError" not in err
+    assert_one_line_error(err)
+    assert not (tmp_path / "f").exists()  # refused before writing anything
+
+
+def test_plot_with_an_all_nan_w2_warns_for_that_figure_only(saved, tmp_path, capsys):
+    bad = tmp_path / "edited.nc"
+    saved.assign(w2=saved["w2"] * np.nan).to_netcdf(bad)
+    code, out, err = run_cli(["plot", str(bad), "--out", str(tmp_path / "f"), "--no-animation"],
+                             capsys)
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "w2_to_limit.png" in lines[0] and "no finite W2" in lines[0], err
+    assert "Error" not in err  # a reason, not an exception's name
+    assert not (tmp_path / "f" / "w2_to_limit.png").exists()
+    assert (tmp_path / "f" / "particles.png").stat().st_size > 0
