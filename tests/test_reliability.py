@@ -623,3 +623,45 @@ def test_plot_with_an_all_nan_w2_warns_for_that_figure_only(saved, tmp_path, cap
     assert "Error" not in err  # a reason, not an exception's name
     assert not (tmp_path / "f" / "w2_to_limit.png").exists()
     assert (tmp_path / "f" / "particles.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------- float32 input
+@pytest.fixture
+def unit32():
+    """Unit vectors normalised in float32: |x| - 1 is float32 rounding, about 1e-7, not 0."""
+    x = np.random.default_rng(5).normal(size=(40, 3)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    dev = np.abs(np.linalg.norm(x.astype(np.float64), axis=1) - 1).max()
+    assert 1e-8 < dev < 1e-6  # beyond the float64 tolerance, within the float32 one
+    return x
+
+
+def test_float32_unit_vectors_are_accepted_and_normalised_in_float64(unit32):
+    import spherepde as sp
+
+    cloud = sp.PointCloud(unit32)
+    assert cloud.points.dtype == np.float64
+    # normalised in float64: unit to float64 rounding (a few ulps of 1)
+    assert np.abs(np.linalg.norm(cloud.points, axis=1) - 1).max() < 1e-15
+    # and the points move by no more than float32 rounding did (1e-6, the tolerance)
+    assert np.abs(cloud.points - unit32).max() < 1e-6
+    model = sp.Model(V=np.diag([1.0, 0.5, 0.25]), beta=2.0)
+    v32 = model.velocity(unit32, unit32)
+    v64 = model.velocity(cloud.points, cloud.points)
+    # the field is Lipschitz with constant O(beta |V|) = O(1): an input change of 1e-6 moves it
+    # by about as much
+    assert np.abs(v32 - v64).max() < 1e-5
+    traj = sp.ParticleSolver(model).solve(unit32, [0.0, 0.5])
+    ref = sp.ParticleSolver(model).solve(cloud.points, [0.0, 0.5])
+    # same ODE from starting points 1e-6 apart, over a time 0.5 with Lipschitz constant O(1)
+    assert np.abs(traj.positions - ref.positions).max() < 1e-5
+
+
+def test_points_clearly_off_the_sphere_are_still_refused(unit32):
+    import spherepde as sp
+
+    for scale in (1 + 1e-4, 2.0):
+        with pytest.raises(ValueError, match="must lie on the unit sphere"):
+            sp.PointCloud(unit32 * np.float32(scale))
+        with pytest.raises(ValueError, match="must lie on the unit sphere"):
+            sp.PointCloud(unit32.astype(np.float64) * scale)
