@@ -194,8 +194,9 @@ sys.exit({func}())
 def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path):
     import subprocess
     import sys
-    import tomllib
     from pathlib import Path
+
+    from spherepde.app.config import tomllib
 
     root = Path(__file__).resolve().parents[1]
     entry = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["spherepde"]
