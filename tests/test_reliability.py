@@ -625,6 +625,15 @@ def test_plot_with_an_all_nan_w2_warns_for_that_figure_only(saved, tmp_path, cap
     assert (tmp_path / "f" / "particles.png").stat().st_size > 0
 
 
+def test_plot_into_a_folder_that_a_run_is_writing_is_refused(saved, tmp_path, capsys):
+    before = _tree(tmp_path / "run")
+    with io.FolderLock(tmp_path / "run"):  # a run holds the folder
+        code, _, err = run_cli(["plot", str(tmp_path / "run"), "--no-animation"], capsys)
+    assert code == 2 and "a spherepde run is writing there" in err
+    assert_one_line_error(err)
+    assert _tree(tmp_path / "run") == before  # no figure was written beside the run's files
+
+
 # ---------------------------------------------------------------------------- float32 input
 @pytest.fixture
 def unit32():
