@@ -55,7 +55,9 @@ class PointCloud:
     Parameters
     ----------
     points : array_like, shape (n, d)
-        Points on the unit sphere.
+        Points on the unit sphere, stored as float64. Unit vectors rounded to float32
+        (| |x| - 1 | up to :data:`spherepde.sphere.FLOAT32_UNIT_NORM_ATOL` = 1e-6) are
+        normalised in float64; points further off are refused unless ``normalize``.
     weights : array_like, shape (n,), optional
         Non-negative weights summing to 1 (default: uniform 1/n).
     normalize : bool

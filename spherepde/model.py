@@ -170,7 +170,8 @@ class Model:
             log_kmax = beta * float(np.linalg.norm(self.B, 2))
             if log_kmax > LOG_FLOAT_MAX:
                 raise ValueError(f"rescale_time: the USA kernel's maximum e^{log_kmax:.4g} "
-                                 f"(beta |B|_2 = {log_kmax:.4g}) is beyond float64 (e^709); "
+                                 f"(beta |B|_2 = {log_kmax:.4g}) exceeds e^{LOG_FLOAT_MAX:g}, "
+                                 "float64's limit less a margin for the sum over tokens; "
                                  "use normalized=True (SA) for such a cold model")
             self.time_scale = math.exp(-log_kmax)
             self.V = self.V * self.time_scale

@@ -173,3 +173,36 @@ def test_info_lists_versions_and_backends(capsys):
     out = capsys.readouterr().out
     assert "spherepde" in out and "SHT" in out and "numba threads" in out and "results go to" in out
     assert "numba vectors" in out
+
+
+#: What the installed ``spherepde`` console script runs (as pip generates it) with an import
+#: hook that sends this process SIGINT when ``scipy`` starts to load, that is, in the middle of
+#: importing the package, as a Ctrl-C in the first second after typing the command does.
+_CTRL_C_DURING_IMPORTS = """
+import os, signal, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "scipy":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+from {module} import {func}
+sys.exit({func}())
+"""
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from spherepde.app.config import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    entry = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["spherepde"]
+    module, func = entry.split(":")
+    code = _CTRL_C_DURING_IMPORTS.format(module=module, func=func)
+    proc = subprocess.run([sys.executable, "-c", code, "info"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["spherepde: interrupted"], proc.stderr

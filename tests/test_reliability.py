@@ -542,3 +542,135 @@ def test_the_app_solvers_are_a_registry():
     assert tuple(scenario.SOLVER_ENTRIES.names()) == scenario.SOLVERS
     with pytest.raises(ValueError, match="particles"):
         scenario.Task("nope", 1.0, validate_config({})).resolution
+
+
+# ---------------------------------------------------------------------------- messages
+def test_an_output_below_a_broken_link_names_the_link(tiny, tmp_path, capsys):
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")
+    code, _, err = run_cli(["run", str(tiny), "--out", str(tmp_path / "dangling" / "o"),
+                            "--quiet"], capsys)
+    assert code == 2 and "broken symbolic link" in err and "dangling" in err
+    assert "is a file" not in err
+    assert_one_line_error(err)
+    assert not (tmp_path / "gone").exists()  # the link was not followed
+
+
+def test_an_output_in_a_virtual_file_system_says_so(tiny, capsys):
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    # /proc answers "No such file or directory" to mkdir, of a folder whose parent exists
+    code, _, err = run_cli(["run", str(tiny), "--out", "/proc/spherepde-out", "--quiet"], capsys)
+    assert code == 2 and "/proc" in err and "does not accept new" in err
+    assert "No such file or directory" not in err
+    assert_one_line_error(err)
+
+
+def test_a_foreign_netcdf_file_is_described(tmp_path, capsys):
+    import xarray as xr
+
+    other = tmp_path / "other.nc"
+    xr.Dataset({"temperature": ("x", np.arange(3.0))}).to_netcdf(other)
+    code, _, err = run_cli(["plot", str(other), "--out", str(tmp_path / "f")], capsys)
+    assert code == 2 and "something else" not in err
+    # what the file is (a NetCDF file of other variables) and what was expected
+    assert "temperature" in err and "results.nc" in err and "spherepde run" in err
+    assert_one_line_error(err)
+
+
+def test_the_usa_overflow_message_states_a_limit_below_the_value():
+    import re
+
+    from spherepde import Model
+
+    beta = 705.0  # |B|_2 = 1 (B = I): the kernel's maximum is e^705, within float64's e^709.8
+    with pytest.raises(ValueError) as exc:
+        Model(V=np.eye(3), beta=beta, normalized=False, rescale_time=True)
+    sizes = [float(s.rstrip(".")) for s in re.findall(r"e\^([0-9.]+)", str(exc.value))]
+    assert beta in sizes
+    assert all(s <= beta for s in sizes), exc.value  # no limit that the value does not exceed
+
+
+# ---------------------------------------------------------------------------- plot
+@pytest.fixture
+def saved(tiny, tmp_path, capsys):
+    """The results Dataset of the tiny scenario, loaded into memory."""
+    import xarray as xr
+
+    code, _, _ = run_cli(["run", str(tiny), "--out", str(tmp_path / "run"), "--quiet",
+                          "--no-figures"], capsys)
+    assert code == 0
+    return xr.load_dataset(tmp_path / "run" / "results.nc")
+
+
+def test_plot_without_the_w2_variable_is_one_line(saved, tmp_path, capsys):
+    bad = tmp_path / "edited.nc"
+    saved.drop_vars("w2").to_netcdf(bad)
+    code, _, err = run_cli(["plot", str(bad), "--out", str(tmp_path / "f"), "--no-animation"],
+                           capsys)
+    assert code == 2 and "'w2'" in err and "KeyError" not in err
+    assert_one_line_error(err)
+    assert not (tmp_path / "f").exists()  # refused before writing anything
+
+
+def test_plot_with_an_all_nan_w2_warns_for_that_figure_only(saved, tmp_path, capsys):
+    bad = tmp_path / "edited.nc"
+    saved.assign(w2=saved["w2"] * np.nan).to_netcdf(bad)
+    code, out, err = run_cli(["plot", str(bad), "--out", str(tmp_path / "f"), "--no-animation"],
+                             capsys)
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "w2_to_limit.png" in lines[0] and "no finite W2" in lines[0], err
+    assert "Error" not in err  # a reason, not an exception's name
+    assert not (tmp_path / "f" / "w2_to_limit.png").exists()
+    assert (tmp_path / "f" / "particles.png").stat().st_size > 0
+
+
+def test_plot_into_a_folder_that_a_run_is_writing_is_refused(saved, tmp_path, capsys):
+    before = _tree(tmp_path / "run")
+    with io.FolderLock(tmp_path / "run"):  # a run holds the folder
+        code, _, err = run_cli(["plot", str(tmp_path / "run"), "--no-animation"], capsys)
+    assert code == 2 and "a spherepde run is writing there" in err
+    assert_one_line_error(err)
+    assert _tree(tmp_path / "run") == before  # no figure was written beside the run's files
+
+
+# ---------------------------------------------------------------------------- float32 input
+@pytest.fixture
+def unit32():
+    """Unit vectors normalised in float32: |x| - 1 is float32 rounding, about 1e-7, not 0."""
+    x = np.random.default_rng(5).normal(size=(40, 3)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    dev = np.abs(np.linalg.norm(x.astype(np.float64), axis=1) - 1).max()
+    assert 1e-8 < dev < 1e-6  # beyond the float64 tolerance, within the float32 one
+    return x
+
+
+def test_float32_unit_vectors_are_accepted_and_normalised_in_float64(unit32):
+    import spherepde as sp
+
+    cloud = sp.PointCloud(unit32)
+    assert cloud.points.dtype == np.float64
+    # normalised in float64: unit to float64 rounding (a few ulps of 1)
+    assert np.abs(np.linalg.norm(cloud.points, axis=1) - 1).max() < 1e-15
+    # and the points move by no more than float32 rounding did (1e-6, the tolerance)
+    assert np.abs(cloud.points - unit32).max() < 1e-6
+    model = sp.Model(V=np.diag([1.0, 0.5, 0.25]), beta=2.0)
+    v32 = model.velocity(unit32, unit32)
+    v64 = model.velocity(cloud.points, cloud.points)
+    # the field is Lipschitz with constant O(beta |V|) = O(1): an input change of 1e-6 moves it
+    # by about as much
+    assert np.abs(v32 - v64).max() < 1e-5
+    traj = sp.ParticleSolver(model).solve(unit32, [0.0, 0.5])
+    ref = sp.ParticleSolver(model).solve(cloud.points, [0.0, 0.5])
+    # same ODE from starting points 1e-6 apart, over a time 0.5 with Lipschitz constant O(1)
+    assert np.abs(traj.positions - ref.positions).max() < 1e-5
+
+
+def test_points_clearly_off_the_sphere_are_still_refused(unit32):
+    import spherepde as sp
+
+    for scale in (1 + 1e-4, 2.0):
+        with pytest.raises(ValueError, match="must lie on the unit sphere"):
+            sp.PointCloud(unit32 * np.float32(scale))
+        with pytest.raises(ValueError, match="must lie on the unit sphere"):
+            sp.PointCloud(unit32.astype(np.float64) * scale)

@@ -175,3 +175,42 @@ def test_deep_nesting_in_a_sweep_file_is_one_line(tmp_path, capsys):
     assert main(["sweep", str(p), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "too deeply" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ctrl_c_during_a_sweep_leaves_no_failure_record(tmp_path):
+    # Ctrl-C in a terminal sends SIGINT to the whole foreground process group: the client and
+    # every local worker. A task that the closing worker cuts short is not a failed task: no
+    # <id>.failed.json, exit code 130, one line on stderr, and a rerun computes it.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = tmp_path / "s.toml"
+    # tasks of a few seconds each, so that two are running when the signal comes
+    p.write_text(_toml({"sweep": {"solver": "particles", "measures": ["w2"]},
+                        "base": {"run": {"t_end": 30.0, "n_times": 5, "betas": [1.0]},
+                                 "particles": {"n": 300, "rtol": 1e-9, "init": "sample"},
+                                 "spectral": {"enabled": False}},
+                        "axes": {"particles.seed": [0, 1, 2, 3, 4, 5]}}))
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "spherepde.app.cli", "sweep", str(p), "--out",
+                             str(out), "--workers", "2", "--quiet"], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((out / "tasks").glob("*.nc")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)  # the workers are inside their next tasks
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert not list((out / "tasks").glob("*.failed.json"))
+    assert err.strip().splitlines() == ["spherepde: interrupted; finished tasks are saved, run "
+                                        "the same command again to resume"], err
+    assert len(list((out / "tasks").glob("*.nc"))) < 6  # it was stopped mid-sweep

@@ -212,11 +212,13 @@ def plot_w2_curves(ds, path):
     spectral, dash-dotted: finite volumes), × where a run stops being resolved, curves that failed
     the convergence check drawn faint and labelled so, and the zero-temperature rate
     :math:`e^{-\gamma t/2}` for reference."""
+    w2 = ds["w2"].values
+    if not np.isfinite(w2).any():
+        raise FigureDataError("the results hold no finite W2 value (every entry of w2 is NaN)")
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     betas = ds["beta"].values
     palette = plt.get_cmap("tab10")
     style = {"particles": "-", "spectral": "--", "finite_volume": "-."}
-    w2 = ds["w2"].values
     checked = "converged" in ds and "coarse_resolution" in ds
     t = ds["time"].values
     lo, hi = np.inf, 0.0
@@ -241,9 +243,11 @@ def plot_w2_curves(ds, path):
                 ax.plot(tt[k], ww[k], "X", color=palette(j % 10), ms=9, mec="k", mew=0.6)
                 marked = True
     gap = ds.attrs.get("spectral_gap")
+    ok = np.zeros(0, dtype=bool)
     if gap is not None and np.isfinite(gap) and np.isinf(betas).any() and "particles" in ds["solver"]:
         i = list(ds["solver"].values).index("particles")
         ok = np.isfinite(w2[i, -1])
+    if ok.any():  # the rate line starts on the zero-temperature particle curve
         tt, ww = t[ok], w2[i, -1][ok]
         t0 = float(np.asarray(ds.attrs.get("rate_window", [tt[0]]))[0])
         k = int(np.argmin(np.abs(tt - t0)))
@@ -635,8 +639,14 @@ def _guarded(report, name, draw, *args, **kwargs):
         return None
 
 
+class FigureDataError(ValueError):
+    """The results lack what a figure shows (a hand-edited results.nc): its text is the reason."""
+
+
 def _reason(exc) -> str:
     """One line on why a figure failed (the file and the system's reason for an OSError)."""
+    if isinstance(exc, FigureDataError):
+        return str(exc)
     if isinstance(exc, OSError) and exc.strerror:
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror}{where}"

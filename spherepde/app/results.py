@@ -254,10 +254,37 @@ def load_results(path):
         ds = io.open_dataset(path)
     except OSError as exc:
         raise ValueError(f"{path} is not a readable NetCDF file ({exc})") from None
-    if ds.attrs.get("spherepde_kind") != "run":
-        raise ValueError(f"{path} is not the results of `spherepde run` "
-                         f"(it holds {ds.attrs.get('spherepde_kind', 'something else')!r})")
+    expected = "give a results.nc written by `spherepde run`, or the run's output folder"
+    kind = ds.attrs.get("spherepde_kind")
+    if kind != "run":
+        raise ValueError(f"{path} is not the results of `spherepde run`: {_describe(ds)}; "
+                         f"{expected}")
+    missing = [name for name in REQUIRED_VARIABLES if name not in ds.variables]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}, which every results.nc "
+                         "of `spherepde run` holds (was it edited?); run the scenario again to "
+                         "write it anew")
     return ds
+
+
+#: What the figures of a run cannot do without: the W2 curves on their axes.
+REQUIRED_VARIABLES = ("w2", "solver", "beta", "time")
+
+
+def _describe(ds) -> str:
+    """What a NetCDF file that is not a run's results is: spherepde's other kinds by name,
+    any other file by its variables."""
+    kind = ds.attrs.get("spherepde_kind")
+    if kind == "sweep":
+        return "it is the gathered results of `spherepde sweep` (sweep.nc)"
+    if kind == "sweep task":
+        return "it is one task of `spherepde sweep` (tasks/*.nc)"
+    if kind:
+        return f"it is a spherepde file of kind {kind!r}, written by the Python API"
+    names = sorted(map(str, ds.data_vars))
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return (f"it is a NetCDF file that spherepde did not write (no spherepde_kind attribute; "
+            f"variables: {shown or 'none'})")
 
 
 def scenario_of(ds) -> dict:

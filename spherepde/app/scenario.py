@@ -461,17 +461,29 @@ def _prepare_folder(out: Path, force: bool = False) -> io.Manifest:
     except io.FolderNotOwnedError as exc:
         raise OutputError(exc.strerror) from None
     except (FileExistsError, NotADirectoryError):
-        bad = next((p for p in [out, *out.parents] if p.exists() and not p.is_dir()), None)
-        fail(f"cannot create the output folder {out}: {bad or 'a part of its path'} is a file")
+        fail(f"cannot create the output folder {out}: {_blocking_part(out)}")
     except OSError as exc:
-        if exc.errno == errno.ENOENT and out.is_dir():  # e.g. /proc: a virtual file system
-            fail(f"cannot create folders in {out} (it does not accept new files: a virtual or "
-                 "special file system?)")
+        # mkdir answers ENOENT below an existing folder of a virtual file system (/proc, /sys)
+        parent = next((p for p in [out, *out.parents] if p.is_dir()), None)
+        if exc.errno == errno.ENOENT and parent is not None and not parent.is_symlink():
+            fail(f"cannot create the output folder {out}: {parent} does not accept new folders "
+                 "(a virtual or special file system)")
         fail(f"cannot create the output folder {out}: {exc.strerror}")
     if not os.access(out, os.W_OK) or not os.access(out / "runs", os.W_OK):
         raise OutputError(f"the output folder {out} is not writable; give a writable --out "
                           "(or [output] dir)")
     return manifest
+
+
+def _blocking_part(out: Path) -> str:
+    """Why a folder cannot be created at ``out``: the part of its path that is a file or a
+    broken link."""
+    for p in [*reversed(out.parents), out]:
+        if p.is_symlink() and not p.exists():
+            return f"{p} is a broken symbolic link (to {os.readlink(p)})"
+        if p.exists() and not p.is_dir():
+            return f"{p} is a file"
+    return "a part of its path is a file"
 
 
 def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = None,

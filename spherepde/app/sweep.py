@@ -354,10 +354,31 @@ def _client(scheduler, n_workers):
     if scheduler:
         return Client(scheduler), None
     n = n_workers or os.cpu_count() or 1
-    # one single-threaded worker process per core: the solvers are numpy/numba bound
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=40)
+    # One single-threaded worker process per core: the solvers are numpy/numba bound. The
+    # workers start with SIGINT ignored (an ignored signal is inherited by a child process, a
+    # Python handler is not): Ctrl-C in a terminal reaches the whole process group, and it is
+    # the client's part to stop them, by closing the cluster; a worker that handled it itself
+    # would print a traceback each. A Ctrl-C in the second or two the cluster takes to start is
+    # therefore ignored.
+    restore = _ignore_sigint()
+    try:
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=40)
+    finally:
+        restore()
     return Client(cluster), cluster
+
+
+def _ignore_sigint():
+    """Ignore SIGINT in this process until the returned function is called (a no-op off the
+    main thread, where the handler cannot be changed)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return lambda: signal.signal(signal.SIGINT, old)
 
 
 def run_sweep(sweep, scheduler: str | None = None, n_workers: int | None = None, out=None,

@@ -36,13 +36,23 @@ __all__ = [
     "log_sphere_area",
 ]
 
-#: Largest tolerated deviation of |x| from 1 before points are rejected.
+#: Largest deviation of |x| from 1 of points used as given.
 UNIT_NORM_ATOL = 1e-8
+#: Largest deviation of |x| from 1 accepted at all: float32 rounding of unit vectors (float32's
+#: machine epsilon 1.2e-7, times a few for the d coordinates and the norm; measured up to
+#: 1e-7 at d = 512). Points between the two tolerances are normalised in float64, so that float32
+#: data need no ``normalize=True``; points further off are refused.
+FLOAT32_UNIT_NORM_ATOL = 1e-6
 
 
 def as_points(x, d: int | None = None, *, name: str = "x", normalize: bool = False,
-              atol: float = UNIT_NORM_ATOL) -> np.ndarray:
+              atol: float = FLOAT32_UNIT_NORM_ATOL) -> np.ndarray:
     """Validate an array of points on the sphere and return it as float64.
+
+    Points with ``| |x| - 1 | <= UNIT_NORM_ATOL`` (1e-8) are returned as given; points
+    within ``atol`` (default :data:`FLOAT32_UNIT_NORM_ATOL`, 1e-6: the rounding of unit vectors
+    stored in float32) are normalised in float64, :math:`x/|x|`; points further off are refused
+    (or projected, with ``normalize=True``).
 
     Parameters
     ----------
@@ -54,7 +64,7 @@ def as_points(x, d: int | None = None, *, name: str = "x", normalize: bool = Fal
     normalize : bool
         Project the points to the sphere instead of rejecting points off it.
     atol : float
-        Tolerance on | |x| - 1 |.
+        Tolerance on | |x| - 1 | of the points accepted without ``normalize``.
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 0:
@@ -77,6 +87,8 @@ def as_points(x, d: int | None = None, *, name: str = "x", normalize: bool = Fal
             f"{name} must lie on the unit sphere (max | |x|-1 | = {dev:.1e} > {atol:.0e}); "
             "pass normalize=True to project them"
         )
+    if dev > UNIT_NORM_ATOL:  # float32 rounding: the solvers want unit vectors to float64
+        return x / norms[..., None]
     return x
 
 
