@@ -23,7 +23,6 @@ import numpy as np
 
 from ..interaction.operators import (DirectQuadrature, FunkHeckeS1, ZeroTemperature,
                                      choose_operator)
-from ..registry import renamed_keyword
 from ..sphere import CircleGrid, as_points
 from ..transforms.fourier import analyze, synthesize
 from ..transforms.sht import fft_size
@@ -102,8 +101,6 @@ class FourierSolver(SpectralDensitySolver):
     scheme, dt, rtol, atol, cfl, filter_strength, filter_order, dealias, mass_rtol,
     resolution_tol, kernel :
         As in :class:`spherepde.density.SpectralSolver` (with K for L).
-    interaction_backend : str, deprecated
-        The old name of ``kernel``.
 
     Examples
     --------
@@ -122,10 +119,7 @@ class FourierSolver(SpectralDensitySolver):
                  dt: float | None = None, rtol: float = 1e-9, atol: float = 1e-11,
                  cfl: float = 1.0, filter_strength: float = 1.0, filter_order: int = 36,
                  dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
-                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto",
-                 interaction_backend: str | None = None):
-        kernel = renamed_keyword("kernel", kernel, "interaction_backend", interaction_backend,
-                                 "auto")
+                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto"):
         super().__init__(model, kmax, "kmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)

@@ -33,7 +33,6 @@ import numpy as np
 from ..interaction.operators import (ChebyshevFunkHecke, DirectQuadrature, FunkHeckeS2,
                                      ZeroTemperature, choose_operator)
 from ..model import Model
-from ..registry import renamed_keyword
 from ..sphere import GaussGrid, as_points, rotation_axis_frame
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
 from .base import MASS_RTOL, DensitySolution, check_mass, check_values, density_callable
@@ -124,7 +123,7 @@ class SpectralSolution(DensitySolution):
 
     @classmethod
     def from_arrays(cls, z, **common):
-        sht = z["sht"] if "sht" in z.files else z["backend"]  # files of the previous release
+        sht = z["sht"]
         return cls(**common, lmax=int(z["lmax"]), grid_shape=tuple(int(v) for v in z["grid_shape"]),
                    sht=str(sht))
 
@@ -177,8 +176,6 @@ class SpectralSolver(SpectralDensitySolver):
         beyond degree L (relative L2 norm) above ``resolution_tol`` gives a ResolutionWarning.
     kernel : str
         Interaction kernel of :func:`spherepde.interaction.attention` for the direct operator.
-    backend, interaction_backend : str, deprecated
-        The old names of ``sht`` and ``kernel``.
 
     Examples
     --------
@@ -197,11 +194,7 @@ class SpectralSolver(SpectralDensitySolver):
                  scheme: str = "dopri5", dt: float | None = None, rtol: float = 1e-9,
                  atol: float = 1e-11, cfl: float = 1.0, filter_strength: float = 1.0,
                  filter_order: int = 36, dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
-                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto",
-                 backend: str | None = None, interaction_backend: str | None = None):
-        sht = renamed_keyword("sht", sht, "backend", backend, "auto")
-        kernel = renamed_keyword("kernel", kernel, "interaction_backend", interaction_backend,
-                                 "auto")
+                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto"):
         super().__init__(model, lmax, "lmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)

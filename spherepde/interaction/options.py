@@ -1,0 +1,88 @@
+"""The frozen option objects of the interaction kernels: what a caller may tune, in one place.
+
+- :class:`HarmonicOptions`: the accuracy of the harmonic kernel (its truncation ``tol`` and the
+  accuracy ``velocity_tol`` asked of its outputs), handed to a kernel's ``bind``.
+- :class:`AutoProfile`: the parameters of the deterministic cost model behind
+  ``kernel="auto"`` (:func:`spherepde.interaction.resolve_kernel`). The defaults were measured
+  on the project's 2-core machine (``benchmarks/particles.py --numpy-crossover`` and
+  ``benchmarks/harmonic.py --crossover``); a user measures their own machine with the same
+  scripts and loads the numbers with :meth:`AutoProfile.load`. The choice depends on the
+  problem's sizes and this profile only, never on timings, so a rerun chooses the same kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+__all__ = ["HarmonicOptions", "AutoProfile", "DEFAULT_TOL", "FALLBACK_FACTOR"]
+
+#: Default truncation tolerance of the harmonic kernel: E(L) <= tol · mean of G.
+DEFAULT_TOL = 1e-12
+#: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
+FALLBACK_FACTOR = 100.0
+
+
+@dataclass(frozen=True)
+class HarmonicOptions:
+    """Accuracy of the harmonic kernel.
+
+    Attributes
+    ----------
+    tol : float
+        Truncation tolerance of :class:`spherepde.interaction.harmonic.HarmonicField`.
+    velocity_tol : float or None
+        Accuracy of every output row relative to |V|_2 (None: ``FALLBACK_FACTOR * tol`` for
+        the harmonic rows, ``tol`` for the far-field ones).
+    """
+
+    tol: float = DEFAULT_TOL
+    velocity_tol: float | None = None
+
+
+@dataclass(frozen=True)
+class AutoProfile:
+    """Parameters of ``kernel="auto"``'s cost model.
+
+    Attributes
+    ----------
+    numba_min_pairs : int
+        The fused numba kernel from m·n >= this many query-key pairs, numpy below (no thread
+        start-up for tiny problems). Measured: the fused kernel is already 1.7-5x faster at
+        N = 128 (m·n = 2^14) and 4-13x faster from N = 256 to 2048, at beta = 4, 64 and 1000.
+    harmonic_pairs_per_unit, harmonic_fixed_units : float
+        The harmonic kernel costs about (L + 1)^2 log2(L + 2) + (m + n) + harmonic_fixed_units
+        work units, one unit being worth ``harmonic_pairs_per_unit`` pairs of the fused kernel
+        (which runs every beta at the same speed per pair). The defaults put the crossover
+        where it was measured: N ~ 1530, 1710, 2850, 5830 at beta = 16, 64, 256, 1000 (the
+        model gives 1270, 1680, 2940, 5910).
+    """
+
+    numba_min_pairs: int = 1 << 14
+    harmonic_pairs_per_unit: float = 58.0
+    harmonic_fixed_units: float = 2.0e4
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "AutoProfile":
+        """A profile from a mapping of field names to values; unknown names are an error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown AutoProfile fields {unknown}; the fields are "
+                             f"{sorted(names)}")
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path) -> "AutoProfile":
+        """Read a profile saved by :meth:`save` (a JSON object of the fields to change)."""
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))
+
+    def save(self, path) -> None:
+        """Write the profile as JSON (for :meth:`load`)."""
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(dataclasses.asdict(self), fh, indent=1)
+
+
+#: The profile ``kernel="auto"`` uses unless a caller passes its own.
+DEFAULT_PROFILE = AutoProfile()
