@@ -441,6 +441,13 @@ class ParticleSolver:
         if velocity_tol is not None and kernel not in ("harmonic", "auto"):
             raise ValueError(f"velocity_tol applies to kernel='harmonic' (or 'auto'); this "
                              f"solver uses kernel={kernel!r}: drop velocity_tol or change kernel")
+        if harmonic_tol is not None:
+            from .interaction.harmonic import NUFFT_EPS_MIN
+
+            harmonic_tol = float(harmonic_tol)
+            if not NUFFT_EPS_MIN <= harmonic_tol < 1:
+                raise ValueError(f"harmonic_tol: tol must lie in [{NUFFT_EPS_MIN:g}, 1); got "
+                                 f"{harmonic_tol}")
         self.harmonic_tol = harmonic_tol
         if velocity_tol is not None:
             from .interaction.harmonic import check_velocity_tol
