@@ -83,3 +83,18 @@ def test_public_names_are_listed_and_importable():
         getattr(sp, name)  # raises AttributeError for a listed name that is missing
     with pytest.raises(AttributeError, match="no attribute 'spectral'"):
         sp.spectral
+
+
+def test_density_solvers_choose_their_velocity_operator_from_a_registry():
+    from spherepde.density import s1_fourier, s2_spectral
+
+    assert isinstance(s2_spectral.OPERATORS, Registry)
+    assert s2_spectral.OPERATORS.names() == ["funk_hecke", "direct", "chebyshev",
+                                             "zero_temperature"]
+    assert s1_fourier.OPERATORS.names() == ["funk_hecke", "direct", "zero_temperature"]
+    general = sp.Model(Q=np.diag([1.0, 1.2, 0.9]), beta=1.0)
+    assert sp.SpectralSolver(general, lmax=6).operator.name == "direct"  # auto: B is not c·O
+    assert sp.SpectralSolver(sp.Model(beta=1.0), lmax=6).operator.name == "funk_hecke"
+    with pytest.raises(ValueError, match="unknown velocity path 'nope'; choose 'auto', "
+                                         "'funk_hecke', 'direct', 'chebyshev'"):
+        sp.SpectralSolver(general, lmax=6, path="nope")

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from ..interaction.operators import (DirectQuadrature, FunkHeckeS1, ZeroTemperature,
-                                     choose_operator)
+                                     choose_operator, operator_registry)
 from ..sphere import CircleGrid, as_points
 from ..transforms.fourier import analyze, synthesize
 from ..transforms.sht import fft_size
@@ -31,8 +31,14 @@ from .common import RESOLUTION_TOL, SpectralDensitySolver, warn_resolution
 
 __all__ = ["FourierSolver", "FourierSolution", "synthesize", "analyze"]
 
-#: the velocity operators implemented on S^1
-OPERATORS = ("funk_hecke", "direct", "zero_temperature")
+#: The velocity operators of :class:`FourierSolver`: name -> build(solver, model, fac).
+OPERATORS = operator_registry("velocity operator of FourierSolver", {
+    "funk_hecke": lambda s, model, fac: FunkHeckeS1(model, s.grid, s.kmax, fac),
+    "direct": lambda s, model, fac: DirectQuadrature(model, s.points, s.weights,
+                                                     (s.grid.e_theta,), s.kernel),
+    "zero_temperature": lambda s, model, fac: ZeroTemperature(model, s.points, s.weights,
+                                                              (s.grid.e_theta,)),
+})
 
 
 class FourierSolution(DensitySolution):
@@ -132,13 +138,7 @@ class FourierSolver(SpectralDensitySolver):
         self.theta, self.points, self.weights = self.grid.theta, self.grid.points, self.grid.weights
         self.node_weights = self.grid.weights
         self.k = self.degrees = np.arange(kmax + 1)
-        pts, w, frame = self.grid.points, self.grid.weights, (self.grid.e_theta,)
-        build = {
-            "funk_hecke": lambda: FunkHeckeS1(model, self.grid, kmax, fac),
-            "direct": lambda: DirectQuadrature(model, pts, w, frame, kernel),
-            "zero_temperature": lambda: ZeroTemperature(model, pts, w, frame),
-        }
-        self.operator = build[name]()
+        self.operator = OPERATORS.get(name)(self, model, fac)
 
     def values(self, ck):
         return synthesize(ck, self.n)

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ..interaction.operators import (ChebyshevFunkHecke, DirectQuadrature, FunkHeckeS2,
-                                     ZeroTemperature, choose_operator)
+                                     ZeroTemperature, choose_operator, operator_registry)
 from ..model import Model
 from ..sphere import GaussGrid, as_points, rotation_axis_frame
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
@@ -41,6 +41,17 @@ from .common import RESOLUTION_TOL, SpectralDensitySolver, warn_resolution
 __all__ = ["SpectralSolver", "SpectralSolution"]
 
 SQRT_4PI = math.sqrt(4.0 * math.pi)
+
+#: The velocity operators of :class:`SpectralSolver`: name -> build(solver, model, fac).
+OPERATORS = operator_registry("velocity operator of SpectralSolver", {
+    "funk_hecke": lambda s, model, fac: FunkHeckeS2(model, s.sht, fac),
+    "direct": lambda s, model, fac: DirectQuadrature(model, s.grid.points, s.grid.weights,
+                                                     s._tangent_frame, s.kernel),
+    "chebyshev": lambda s, model, fac: ChebyshevFunkHecke(model, s.lmax, s.grid.points,
+                                                          s.grid.weights, s._tangent_frame),
+    "zero_temperature": lambda s, model, fac: ZeroTemperature(model, s.grid.points,
+                                                              s.grid.weights, s._tangent_frame),
+})
 
 
 def real_inner(a, b, m):
@@ -198,7 +209,7 @@ class SpectralSolver(SpectralDensitySolver):
         super().__init__(model, lmax, "lmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)
-        name, fac = choose_operator(model, path, 3)
+        name, fac = choose_operator(model, path, 3, OPERATORS)
         self.lmax = lmax = self.degree
         self.kernel = kernel
         self.sht_class = get_backend(sht)
@@ -212,14 +223,8 @@ class SpectralSolver(SpectralDensitySolver):
         self.l, self.m = self.sht.l, self.sht.m
         self.degrees = self.l
         _, e_t, e_p = self.grid.frame
-        pts, w, frame = self.grid.points, self.grid.weights, (e_t, e_p)
-        build = {
-            "funk_hecke": lambda: FunkHeckeS2(model, self.sht, fac),
-            "direct": lambda: DirectQuadrature(model, pts, w, frame, kernel),
-            "chebyshev": lambda: ChebyshevFunkHecke(model, lmax, pts, w, frame),
-            "zero_temperature": lambda: ZeroTemperature(model, pts, w, frame),
-        }
-        self.operator = build[name]()
+        self._tangent_frame = (e_t, e_p)
+        self.operator = OPERATORS.get(name)(self, model, fac)
         self._frame = self._inner = None
         P = rotation_axis_frame(fac[1]) if name == "funk_hecke" else None
         if P is not None:
