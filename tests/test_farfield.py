@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from spherepde.interaction.farfield import (EXPANSION_SHARE, MAX_DEGREE, MAX_TERMS, FarField,
+from spherepde.interaction.farfield import (EXPANSION_SHARE, FarField, compiled_sizes,
                                             _prepare)
 from spherepde.interaction.fused import attention_numba, log_partition_numba
 from spherepde.interaction.harmonic import DEFAULT_TOL, DIRECT_FALLBACK_MAX, HarmonicField
@@ -137,6 +137,7 @@ def test_index_set_meets_its_bound(u):
     |a_k b_k| = u_k (where the majorant is sharp for positive products) the dropped part,
     relative to the smallest exact value e^{-sum u}, is at most eps; the a priori bound."""
     eps = EXPANSION_SHARE * TOL
+    MAX_TERMS, MAX_DEGREE = compiled_sizes().max_terms, compiled_sizes().max_degree
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2,) * 3, -1, np.int32)
     nbr = np.empty((MAX_TERMS, 3), np.int64)
@@ -236,3 +237,15 @@ def test_lookahead_splits_pairs_whose_children_are_cheaper(monkeypatch):
                            st["direct_terms"] + ff.COST_TERM * st["expansion_terms"])
     assert work[True][0] < 0.95 * work[False][0]
     assert work[True][1] < 0.95 * work[False][1]
+
+
+def test_compiled_sizes_are_read_from_the_compiled_code(monkeypatch):
+    """Python reads the sizes compiled into the numba code back from it: rebinding the module
+    global afterwards cannot make the two disagree."""
+    from spherepde.interaction import farfield
+
+    sizes = compiled_sizes()
+    assert sizes == (farfield.MAX_DEGREE, farfield.MAX_TERMS, farfield.BLOCK, farfield.CHUNK,
+                     farfield.GRID)
+    monkeypatch.setattr(farfield, "CHUNK", 7)
+    assert compiled_sizes().chunk == sizes.chunk

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import Final, NamedTuple
 
 import numpy as np
 from numba import get_num_threads, njit, prange
@@ -85,14 +86,21 @@ from numba import get_num_threads, njit, prange
 from .caps import positive_atoms
 from .fused import _REDUCE, _exp_nonpositive, _row3
 
-__all__ = ["FarField", "U_MAX", "LEAF_SIZE"]
+__all__ = ["FarField", "U_MAX", "LEAF_SIZE", "CompiledSizes", "compiled_sizes"]
+
+# Compile-time constants: MAX_DEGREE, MAX_TERMS, BLOCK, CHUNK and GRID are read as globals
+# inside @njit(cache=True) functions, so numba freezes their values into the machine code and
+# its on-disk cache; rebinding them at run time would change what Python sees but not what
+# the compiled code uses. They are therefore marked Final, and Python reads them back from
+# the compiled code (:func:`compiled_sizes`), never from these globals, so the two cannot
+# diverge. To change one, edit it here (the cache is keyed by this file and recompiles).
 
 #: Atoms (or queries) per leaf.
 LEAF_SIZE = 48
 #: Largest cross-term bound u_k for which a pair is expanded (u^a/a! then decreases in a).
 U_MAX = 1.0
 #: Largest multi-index degree per axis (|S| stays below a few hundred at u <= U_MAX).
-MAX_DEGREE = 30
+MAX_DEGREE: Final = 30
 #: Share of tol allowed to the expansions and to the dropped nodes (module docstring).
 EXPANSION_SHARE = 0.25
 DROP_SHARE = 0.2
@@ -111,12 +119,12 @@ MAX_SET = 256
 #: less (one level of lookahead); False restores the rule by MAX_SET alone (benchmarks).
 LOOKAHEAD = True
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
-MAX_TERMS = 4096
+MAX_TERMS: Final = 4096
 #: Atoms or queries per block of the expansion's vectorized loops.
-BLOCK = 256
+BLOCK: Final = 256
 #: Atoms or queries per parallel piece of a large pair; query subtrees of at most this many
 #: queries are the parallel tasks of the small pairs.
-CHUNK = 4096
+CHUNK: Final = 4096
 
 
 #: Query subtrees per thread whose walks (:func:`_traverse`) run side by side.
@@ -735,7 +743,27 @@ _cross_bounds = njit(cache=True)(_cross_bounds)
 
 #: Levels of the grid of u (2^(j/4 - 20), j < GRID; u up to 2^3; above that no pair is
 #: expanded).
-GRID = 92
+GRID: Final = 92
+
+
+class CompiledSizes(NamedTuple):
+    """The sizes compiled into the far field's numba code (the globals above)."""
+
+    max_degree: int
+    max_terms: int
+    block: int
+    chunk: int
+    grid: int
+
+
+@njit(cache=True)
+def _compiled_sizes():
+    return MAX_DEGREE, MAX_TERMS, BLOCK, CHUNK, GRID
+
+
+def compiled_sizes() -> CompiledSizes:
+    """The sizes as the compiled code holds them (read from it, not from the globals)."""
+    return CompiledSizes(*_compiled_sizes())
 
 
 @njit(cache=True)
@@ -1141,7 +1169,7 @@ class FarField:
         pairs = np.concatenate((exp_pairs, direct))
         expand = np.zeros(pairs.shape[0], dtype=np.bool_)
         expand[:exp_pairs.shape[0]] = True
-        task = _tasks(qlo, qhi, qchild, CHUNK)[pairs[:, 0]]
+        task = _tasks(qlo, qhi, qchild, compiled_sizes().chunk)[pairs[:, 0]]
         big = task < 0
         T = np.full(m, -np.inf)
         S = np.zeros(m)
