@@ -15,7 +15,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-__all__ = ["HarmonicOptions", "AutoProfile", "DEFAULT_TOL", "FALLBACK_FACTOR"]
+__all__ = ["HarmonicOptions", "AutoProfile", "FarFieldOptions", "DEFAULT_TOL", "FALLBACK_FACTOR"]
 
 #: Default truncation tolerance of the harmonic kernel: E(L) <= tol · mean of G.
 DEFAULT_TOL = 1e-12
@@ -86,3 +86,46 @@ class AutoProfile:
 
 #: The profile ``kernel="auto"`` uses unless a caller passes its own.
 DEFAULT_PROFILE = AutoProfile()
+
+
+@dataclass(frozen=True)
+class FarFieldOptions:
+    """Tuning of the dual-tree far field (:class:`spherepde.interaction.farfield.FarField`).
+    None of them moves the a-priori error bound (the shares of tol are the bound's own
+    split); they trade work between the expansions and the exact sums.
+
+    Attributes
+    ----------
+    leaf_size : int
+        Atoms (or queries) per leaf.
+    u_max : float
+        Largest cross-term bound u_k for which a pair is expanded (u^a/a! then decreases in a).
+    expansion_share, drop_share : float
+        Shares of tol allowed to the expansions and to the dropped nodes (their sum with the
+        rest stays below 0.45 tol; the module docstring of the far field derives it).
+    cost_term : float
+        One multiply-add of the expansion, in units of one exact term (an exponential).
+    lower_bound_visits : int
+        Nodes that the search for a lower bound of each query's log s may visit.
+    shared_bound_radius : float
+        A leaf of the query tree whose queries lie within this distance of its first one
+        shares that query's bound, lowered by each query's distance.
+    max_set : int
+        Pairs whose index set S+ would be larger are split rather than expanded.
+    lookahead : bool
+        An expandable pair is split instead when its two child pairs, each at its cheapest,
+        cost less (one level of lookahead); False keeps the rule by max_set alone.
+    walks_per_thread : int
+        Query subtrees per thread whose walks run side by side.
+    """
+
+    leaf_size: int = 48
+    u_max: float = 1.0
+    expansion_share: float = 0.25
+    drop_share: float = 0.2
+    cost_term: float = 0.1
+    lower_bound_visits: int = 24
+    shared_bound_radius: float = 1.0
+    max_set: int = 256
+    lookahead: bool = True
+    walks_per_thread: int = 4
