@@ -10,7 +10,8 @@ import pytest
 from spherepde.interaction.farfield import (FarField, FarFieldOptions, compiled_sizes,
                                             _prepare)
 from spherepde.interaction.fused import attention_numba, log_partition_numba
-from spherepde.interaction.harmonic import DEFAULT_TOL, DIRECT_FALLBACK_MAX, HarmonicField
+from spherepde.interaction.harmonic import DEFAULT_TOL, HarmonicField
+from spherepde.interaction.options import HarmonicTuning
 from spherepde.sphere import fibonacci_lattice
 
 TOL = DEFAULT_TOL
@@ -170,7 +171,7 @@ def test_far_field_through_the_harmonic_field():
         B, V = c * O, np.diag([1.0, 0.4, 0.0]) @ O
         field = HarmonicField(B, V, 1000.0, normalized)
         out, stats = field.evaluate(y, y, w)
-        assert stats["fallback"] > DIRECT_FALLBACK_MAX
+        assert stats["fallback"] > HarmonicTuning().direct_fallback_max
         ref = attention_numba(y, y @ B.T, y @ V.T, w, 1000.0, normalized)
         scale = np.linalg.norm(V, 2) * (1.0 if normalized else
                                         np.exp(log_partition_numba(y, y @ B.T, w, 1000.0)))

@@ -73,7 +73,7 @@ floor over its own G whatever tol is: tol moves L, not the bound. Every evaluati
 therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points`
 computes the queries whose bound exceeds the accuracy asked of it (``velocity_tol``; by
 default ``FALLBACK_FACTOR * tol``) another way: a few (at
-most :data:`DIRECT_FALLBACK_MAX`) by full sums over the atoms
+most ``direct_fallback_max`` of :class:`~spherepde.interaction.options.HarmonicTuning`) by full sums over the atoms
 (:func:`spherepde.interaction.caps.full_sums`), more by the dual-tree far-field expansion of
 :mod:`spherepde.interaction.farfield`. Late in a low-temperature run nearly every query falls
 back (the tokens have gathered and n(x) looks away from them); the queries are then clustered
@@ -111,25 +111,15 @@ from ..transforms.sht import fft_size, lm_arrays
 from . import Kernel, register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
 from .numerics import LOG_FLOAT_MAX, usa_overflow_error
-from .options import DEFAULT_TOL, FALLBACK_FACTOR, HarmonicOptions
+from .options import DEFAULT_TOL, FALLBACK_FACTOR, HarmonicOptions, HarmonicTuning
 
 __all__ = ["HarmonicField", "PlannedField", "Moments", "HarmonicKernel", "field_for",
            "DEFAULT_TOL", "FALLBACK_FACTOR", "check_velocity_tol"]
-#: Up to this many fallback queries are summed over all atoms, unsorted
-#: (:func:`spherepde.interaction.caps.full_sums`, ~1-2 ns per atom and query); more go through
-#: the far-field expansion, whose two trees cost ~1 us per atom and query to build.
-DIRECT_FALLBACK_MAX = 128
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
-#: The transforms' accuracy, as a fraction of the field's ``tol`` (at least NUFFT_EPS_MIN):
-#: their error then adds at most ~4 NUFFT_EPS_FRACTION · tol relative to the field
-#: (:meth:`HarmonicField._numerical_error`), and a looser tol buys narrower NUFFT kernels.
-NUFFT_EPS_FRACTION = 0.1
 #: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
 #: 0.42: 100-150 bytes for a spin-1 synthesis at L = 512..2048), with room for our arrays.
 BYTES_PER_DEGREE2 = 256.0
-#: On S^1 with N·(K+1) below this, the moments and fields are exact sums (no NUFFT).
-S1_EXACT_MAX = 1 << 18
 #: The largest number of Chebyshev terms in kappa for a general B.
 MAX_CHEBYSHEV_TERMS = 256
 
@@ -259,6 +249,8 @@ class HarmonicField:
         Bytes the transforms may use (default: half of the physical memory).
     nthreads : int, optional
         Threads of the ducc0 transforms (default: the CPUs this process may use).
+    tuning : HarmonicTuning, optional
+        Work trade-offs (fallback by full sums, NUFFT accuracy, exact S^1 sums).
 
     Attributes
     ----------
@@ -286,7 +278,8 @@ class HarmonicField:
     """
 
     def __init__(self, B, V, beta: float, normalized: bool = True, *, tol: float = DEFAULT_TOL,
-                 max_memory: float | None = None, nthreads: int | None = None):
+                 max_memory: float | None = None, nthreads: int | None = None,
+                 tuning: HarmonicTuning | None = None):
         B = np.asarray(B, dtype=np.float64)
         V = np.asarray(V, dtype=np.float64)
         if B.ndim != 2 or B.shape[0] != B.shape[1] or B.shape[0] not in (2, 3):
@@ -302,6 +295,7 @@ class HarmonicField:
         if not (NUFFT_EPS_MIN <= tol < 1):
             raise ValueError(f"tol must lie in [{NUFFT_EPS_MIN:g}, 1); got {tol}")
         self.d = B.shape[0]
+        self.tuning = HarmonicTuning() if tuning is None else tuning
         self.B, self.V, self.beta, self.normalized, self.tol = B, V, beta, bool(normalized), tol
         self.nthreads = _default_threads() if nthreads is None else int(nthreads)
         sv = np.linalg.svd(B, compute_uv=False)
@@ -314,7 +308,7 @@ class HarmonicField:
         self.norm_V = float(np.linalg.norm(V, 2))
         self.max_memory = 0.5 * _physical_memory() if max_memory is None else float(max_memory)
         # the transforms need not be more accurate than the truncation they serve
-        self.nufft_eps = max(NUFFT_EPS_MIN, NUFFT_EPS_FRACTION * tol)
+        self.nufft_eps = max(NUFFT_EPS_MIN, self.tuning.nufft_eps_fraction * tol)
         self.degree = self._choose_degree()
         self._coef = self._kappa_expansion()
         self.n_terms = self._coef.shape[0]
@@ -491,7 +485,7 @@ class HarmonicField:
                 nthreads=self.nthreads)[0]
             return Moments(3, L, a, mass)
         theta = np.arctan2(y[:, 1], y[:, 0])
-        if n * (L + 1) <= S1_EXACT_MAX:
+        if n * (L + 1) <= self.tuning.s1_exact_max:
             rho = np.exp(-1j * np.outer(np.arange(L + 1), theta)) @ w
         else:
             import ducc0
@@ -635,7 +629,7 @@ class HarmonicField:
         u = np.arctan2(nx[:, 1], nx[:, 0])
         ks = np.arange(-K, K + 1)
         inside = np.abs(ks)
-        if u.size * ks.size <= S1_EXACT_MAX:
+        if u.size * ks.size <= self.tuning.s1_exact_max:
             basis = np.exp(1j * np.outer(ks, u))  # (2K + 1, m), shared by every term
 
             def at_points(c):
@@ -738,7 +732,7 @@ class HarmonicField:
         Every row is accurate to ``velocity_tol`` relative to :math:`\|V\|_2` (SA; USA:
         relative to the query's own scale). Queries whose error bound exceeds it are computed
         by :meth:`exact_at` (the far-field expansion of :mod:`spherepde.interaction.farfield`
-        at tol = ``velocity_tol``; at most :data:`DIRECT_FALLBACK_MAX` of them by full sums
+        at tol = ``velocity_tol``; at most ``tuning.direct_fallback_max`` of them by full sums
         over the atoms). None (default): ``FALLBACK_FACTOR * tol`` (1e-10 at the default tol)
         for the harmonic rows, the field's ``tol`` for the far field. A caller that needs
         less (a particle solver stepping at rtol 1e-5) passes its own level: on a concentrated
@@ -771,7 +765,7 @@ class HarmonicField:
     def exact_at(self, att, bad, x, points, weights, tol):
         r"""Replaces the rows ``bad`` of ``att`` (the output at x: (m, d)) by the sums of
         :class:`spherepde.interaction.farfield.FarField` (a few, at most
-        :data:`DIRECT_FALLBACK_MAX`, by full sums over all atoms), accurate to
+        ``tuning.direct_fallback_max``, by full sums over all atoms), accurate to
         :math:`\|V\|_2\,\mathrm{tol}` (SA; USA relative to the query's own scale) for the
         measure :math:`\sum_j w_j\delta_{y_j}`, w >= 0, in place; returns the work spent (exact
         terms plus expansion terms)."""
@@ -787,7 +781,7 @@ class HarmonicField:
         nx = np.empty_like(xb)
         kappa = np.empty(bad.size)
         _directions(xb, self.B, self.beta, nx, kappa)
-        if bad.size <= DIRECT_FALLBACK_MAX:
+        if bad.size <= self.tuning.direct_fallback_max:
             s, a, shift = full_sums(points, w, nx, kappa)
             work = int(bad.size) * points.shape[0]
         else:
@@ -962,20 +956,22 @@ class PlannedField:
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_field(Bb: bytes, Vb: bytes, d: int, beta: float, normalized: bool, tol: float):
+def _cached_field(Bb: bytes, Vb: bytes, d: int, beta: float, normalized: bool, tol: float,
+                  tuning: HarmonicTuning):
     B = np.frombuffer(Bb).reshape(d, d)
     V = np.frombuffer(Vb).reshape(d, d)
-    return HarmonicField(B, V, beta, normalized, tol=tol)
+    return HarmonicField(B, V, beta, normalized, tol=tol, tuning=tuning)
 
 
-def field_for(B, V, beta, normalized, tol=DEFAULT_TOL) -> HarmonicField:
+def field_for(B, V, beta, normalized, tol=DEFAULT_TOL,
+              tuning: HarmonicTuning | None = None) -> HarmonicField:
     """A cached :class:`HarmonicField`: the degree and the multipliers are computed once
     per (B, V, beta, SA/USA, tol). Sharing is safe: a field is never changed after
     construction (evaluations return their statistics)."""
     B = np.ascontiguousarray(B, dtype=np.float64)
     V = np.ascontiguousarray(V, dtype=np.float64)
     return _cached_field(B.tobytes(), V.tobytes(), B.shape[0], float(beta), bool(normalized),
-                         float(tol))
+                         float(tol), HarmonicTuning() if tuning is None else tuning)
 
 
 class HarmonicKernel(Kernel):
@@ -988,7 +984,7 @@ class HarmonicKernel(Kernel):
         opts = HarmonicOptions() if options is None else options
         if not isinstance(opts, HarmonicOptions):
             raise TypeError(f"the harmonic kernel takes HarmonicOptions; got {type(opts).__name__}")
-        field = field_for(model.B, model.V, model.beta, model.normalized, opts.tol)
+        field = field_for(model.B, model.V, model.beta, model.normalized, opts.tol, opts.tuning)
         vt = opts.velocity_tol
 
         def evaluate(x):

@@ -15,12 +15,36 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-__all__ = ["HarmonicOptions", "AutoProfile", "FarFieldOptions", "DEFAULT_TOL", "FALLBACK_FACTOR"]
+__all__ = ["HarmonicOptions", "HarmonicTuning", "AutoProfile", "FarFieldOptions", "DEFAULT_TOL", "FALLBACK_FACTOR"]
 
 #: Default truncation tolerance of the harmonic kernel: E(L) <= tol · mean of G.
 DEFAULT_TOL = 1e-12
 #: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
 FALLBACK_FACTOR = 100.0
+
+
+@dataclass(frozen=True)
+class HarmonicTuning:
+    """Work trade-offs of :class:`spherepde.interaction.harmonic.HarmonicField` (none moves
+    its error bound).
+
+    Attributes
+    ----------
+    direct_fallback_max : int
+        Up to this many fallback queries are summed over all atoms, unsorted (~1-2 ns per
+        atom and query); more go through the far-field expansion, whose two trees cost ~1 us
+        per atom and query to build.
+    nufft_eps_fraction : float
+        The transforms' accuracy, as a fraction of the field's ``tol`` (at least ducc0's
+        floor 2.1e-13): their error then adds at most ~4 nufft_eps_fraction · tol relative to
+        the field, and a looser tol buys narrower NUFFT kernels.
+    s1_exact_max : int
+        On S^1 with N·(K+1) below this, the moments and fields are exact sums (no NUFFT).
+    """
+
+    direct_fallback_max: int = 128
+    nufft_eps_fraction: float = 0.1
+    s1_exact_max: int = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -34,10 +58,13 @@ class HarmonicOptions:
     velocity_tol : float or None
         Accuracy of every output row relative to |V|_2 (None: ``FALLBACK_FACTOR * tol`` for
         the harmonic rows, ``tol`` for the far-field ones).
+    tuning : HarmonicTuning
+        The field's work trade-offs.
     """
 
     tol: float = DEFAULT_TOL
     velocity_tol: float | None = None
+    tuning: HarmonicTuning = HarmonicTuning()
 
 
 @dataclass(frozen=True)
