@@ -572,24 +572,16 @@ def _merge(i, shift, s, a0, a1, a2, T, S, A):
 
 @njit(cache=True)
 def _direct(qs, qlo, qhi, atoms, alo, ahi, nodes, tree, sums):
-    """:func:`_direct_rows` with the structured arguments unpacked."""
-    T, S, A = sums
-    _direct_rows(qs, qlo, qhi, atoms.yT, atoms.logw, alo, ahi, nodes, tree.center, tree.frame,
-                 tree.ext, atoms.lwmax, atoms.lwspread, T, S, A)
-
-
-@njit(cache=True)
-def _direct_rows(qs, qlo, qhi, yT, logw, alo, ahi, nodes, acen, afr, aext, lwmax, lwspread, T,
-                 S, A):
     """Exact sums of the atoms [alo, ahi) at the queries [qlo, qhi): the atoms of the
     consecutive atom nodes ``nodes`` (tree order keeps a subtree's atoms contiguous, so the
     nodes a query node sums directly merge into few long runs: :func:`_runs`), through the
     fused kernel's vectorized loop, whose cost per term is 3-4 times lower on such runs than
     on one leaf. The shift is the largest upper bound of <q, y> over the nodes' boxes + max
     log w; every term within e^-600 of the largest is kept when the boxes are small enough,
-    else a first pass finds the largest logit. (16 arguments: the innermost loop of the
-    exact sums, kept apart so that its arrays arrive as separate arguments, as they always
-    have, and it compiles to the same machine code.)"""
+    else a first pass finds the largest logit."""
+    yT, logw, lwmax, lwspread = atoms.yT, atoms.logw, atoms.lwmax, atoms.lwspread
+    acen, afr, aext = tree.center, tree.frame, tree.ext
+    T, S, A = sums
     y0, y1, y2 = yT[0, alo:ahi], yT[1, alo:ahi], yT[2, alo:ahi]
     lw = logw[alo:ahi]
     for i in range(qlo, qhi):
