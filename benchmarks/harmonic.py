@@ -64,7 +64,8 @@ def harmonic_rhs(model, x, w):
     from spherepde.sphere import tangent_projection
 
     field = field_for(model.B, model.V, model.beta, model.normalized)
-    return tangent_projection(x, field.attention_of_points(x, x, w)), field
+    att, stats = field.evaluate(x, x, w)
+    return tangent_projection(x, att), (field, stats)
 
 
 def numba_rhs_time(model, x, w, subset, repeat):
@@ -84,14 +85,14 @@ def ratio(n=1 << 18, beta=256.0, subset=4096, repeat=3):
     x = tokens(n)
     w = np.full(n, 1.0 / n)
     harmonic_rhs(model, x[:1000], w[:1000] * n / 1000)  # warm-up: field set-up, ducc0 plans
-    t_h, (v, field) = best_time(lambda: harmonic_rhs(model, x, w), repeat)
+    t_h, (v, (field, stats)) = best_time(lambda: harmonic_rhs(model, x, w), repeat)
     t_n, ref = numba_rhs_time(model, x, w, subset, repeat)
     from spherepde.sphere import tangent_projection
 
     err = float(np.abs(v[:subset] - tangent_projection(x[:subset], ref)).max())
     out = dict(n=n, beta=beta, degree=field.degree, harmonic_s=t_h, numba_s=t_n,
                numba_subset=subset, speedup=t_n / t_h, max_abs_diff=err,
-               fallback_share=field.stats["fallback"] / max(field.stats["queries"], 1))
+               fallback_share=stats["fallback"] / max(stats["queries"], 1))
     print(f"[ratio] N = {n}, beta = {beta:g}, L = {field.degree}: harmonic {t_h:.3f} s, numba "
           f"{t_n:.2f} s (timed on {subset} queries, scaled): {t_n / t_h:.1f}x; "
           f"max |diff| = {err:.1e}; fallback share {out['fallback_share']:.4f}")
@@ -113,7 +114,8 @@ field.attention_of_points(x[:1000], x[:1000], w[:1000] * {n} / 1000)
 times = []
 for _ in range({repeat}):
     t = time.perf_counter()
-    v = tangent_projection(x, field.attention_of_points(x, x, w))
+    att, stats = field.evaluate(x, x, w)
+    v = tangent_projection(x, att)
     times.append(time.perf_counter() - t)
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 # the reference in the same process: the fused numba kernel on {subset} queries against all
@@ -129,7 +131,7 @@ for _ in range({repeat_ref}):
     ref.append((time.perf_counter() - t) * {n} / {subset})
 print(json.dumps(dict(seconds=float(np.median(times)), all_seconds=times,
                       vm_hwm_mb=int(hwm) / 1024, degree=field.degree,
-                      fallback=field.stats["fallback"], numba_seconds=float(np.median(ref)),
+                      fallback=stats["fallback"], numba_seconds=float(np.median(ref)),
                       numba_all_seconds=ref, load_average=os.getloadavg())))
 """
 
@@ -187,34 +189,27 @@ def crossover(betas=(16.0, 64.0, 256.0, 1000.0), sizes=tuple(1 << k for k in ran
 def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15, kernel="harmonic", save_dir=None,
              rtol=None, error_norm="max"):
     """The default scenario at beta with n tokens to t_end (15 output times); with
-    ``kernel="auto"`` the chooser's switches and evaluations are in the stats. With save_dir
-    the whole cloud is saved at every output time (the late clouds of ``--late``)."""
+    ``kernel="auto"`` the timed chooser (``adaptive_kernel=True``) runs, and its switches and
+    evaluations are in the stats, with the harmonic kernel's queries and fallback counts
+    (``kernel_*``). With save_dir the whole cloud is saved at every output time (the late
+    clouds of ``--late``)."""
     import spherepde as sp
-    from spherepde.interaction.harmonic import field_for
 
     model = build_model(DEFAULT, beta)
     x0 = tokens(n)
     solver = sp.ParticleSolver(model, kernel=kernel, error_norm=error_norm,
+                               adaptive_kernel=kernel == "auto",
                                **({} if rtol is None else dict(rtol=rtol, atol=rtol / 100)))
     if save_dir:
         os.makedirs(save_dir, exist_ok=True)
     print(f"[full-run] {solver!r}, N = {n}", flush=True)
-    field = field_for(model.B, model.V, model.beta, model.normalized)
     t0 = time.time()
-    last = [0, 0, 0]
     log = []
 
     def callback(i, t, x):
-        q = field.stats["queries"] - last[0]
-        fb = field.stats["fallback"] - last[1]
-        work = field.stats["fallback_work"] - last[2]
-        last[:] = [field.stats["queries"], field.stats["fallback"], field.stats["fallback_work"]]
-        row = dict(t=float(t), wall_s=time.time() - t0, rhs=q // n, fallback_share=fb / max(q, 1),
-                   work_per_fallback=work / max(fb, 1))
+        row = dict(t=float(t), wall_s=time.time() - t0)
         log.append(row)
-        print(f"[full-run] t = {t:5.2f}  wall {row['wall_s']:8.1f} s  right-hand sides "
-              f"{row['rhs']:4d}  fallback share {row['fallback_share']:.4f}  far-field work per "
-              f"fallback query {row['work_per_fallback']:.0f} (of N = {n})", flush=True)
+        print(f"[full-run] t = {t:5.2f}  wall {row['wall_s']:8.1f} s", flush=True)
         if save_dir:
             np.save(os.path.join(save_dir, f"cloud_n{n}_beta{beta:g}_t{t:g}.npy"), x)
 
@@ -223,9 +218,7 @@ def full_run(n=10**6, beta=1000.0, t_end=14.0, n_times=15, kernel="harmonic", sa
     def progress(t):
         steps[0] += 1
         if steps[0] % 5 == 0:
-            print(f"[full-run]   step {steps[0]:5d}  t = {t:.4f}  wall {time.time() - t0:8.1f} s  "
-                  f"queries {field.stats['queries']}  fallback {field.stats['fallback']}  "
-                  f"far-field work {field.stats['fallback_work']}",
+            print(f"[full-run]   step {steps[0]:5d}  t = {t:.4f}  wall {time.time() - t0:8.1f} s",
                   flush=True)
 
     traj = solver.solve(x0, np.linspace(0.0, t_end, n_times), callback=callback,
@@ -349,7 +342,7 @@ def fallback_queries(field, x, w, threshold, mom=None):
 
 def farfield_rules(cloud, n=0, beta=1000.0, velocity_tol=1e-7, repeat=2):
     """The far field's split rule with and without its one-level lookahead
-    (``farfield.LOOKAHEAD``), alternated `repeat` times on the same fallback queries of one
+    (``FarFieldOptions.lookahead``), alternated `repeat` times on the same fallback queries of one
     right-hand side of `cloud` (:func:`load_cloud`): seconds, expansion and exact terms, and
     the largest difference of the SA means a/s."""
     import spherepde.interaction.farfield as ff
@@ -360,21 +353,18 @@ def farfield_rules(cloud, n=0, beta=1000.0, velocity_tol=1e-7, repeat=2):
     model = build_model(DEFAULT, beta)
     field = field_for(model.B, model.V, model.beta, model.normalized)
     bad, q = fallback_queries(field, x, w, velocity_tol)
-    far = ff.FarField(x, w)
-    far.sums(q[:1000], velocity_tol)  # compile
-    saved, rows, means = ff.LOOKAHEAD, [], {}
-    try:
-        for _ in range(repeat):
-            for lookahead in (False, True):
-                ff.LOOKAHEAD = lookahead
-                t = time.perf_counter()
-                s, a, _, st = far.sums(q, velocity_tol)
-                rows.append(dict(lookahead=lookahead, seconds=time.perf_counter() - t,
-                                 expansion_terms=st["expansion_terms"],
-                                 direct_terms=st["direct_terms"]))
-                means[lookahead] = a / s[:, None]
-    finally:
-        ff.LOOKAHEAD = saved
+    fars = {k: ff.FarField(x, w, ff.FarFieldOptions(lookahead=k)) for k in (False, True)}
+    for far in fars.values():
+        far.sums(q[:1000], velocity_tol)  # compile, build the tree
+    rows, means = [], {}
+    for _ in range(repeat):
+        for lookahead in (False, True):
+            t = time.perf_counter()
+            s, a, _, st = fars[lookahead].sums(q, velocity_tol)
+            rows.append(dict(lookahead=lookahead, seconds=time.perf_counter() - t,
+                             expansion_terms=st["expansion_terms"],
+                             direct_terms=st["direct_terms"]))
+            means[lookahead] = a / s[:, None]
     sec = {k: float(np.median([r["seconds"] for r in rows if r["lookahead"] == k]))
            for k in (False, True)}
     out = dict(cloud=cloud, n=int(x.shape[0]), fallback=int(bad.size), rows=rows,
@@ -407,12 +397,11 @@ field = field_for(model.B, model.V, model.beta, model.normalized)
 field.attention_of_points(x[:2000], x[:2000], w[:2000] * n / 2000)  # compile, plan
 times = []
 for _ in range({repeat}):
-    f0 = dict(field.stats)
     t = time.perf_counter()
-    v = field.attention_of_points(x, x, w, velocity_tol=vt)
+    v, st = field.evaluate(x, x, w, velocity_tol=vt)
     times.append(time.perf_counter() - t)
-fb = field.stats["fallback"] - f0["fallback"]
-work = field.stats["fallback_work"] - f0["fallback_work"]
+fb = st["fallback"]
+work = st["fallback_work"]
 hwm = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
 # the parts: the harmonic expansion with its bound, then each fallback on the same queries
 mom = field.moments(x, w)

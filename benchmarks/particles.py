@@ -11,7 +11,7 @@
 
 4. ``--numpy-crossover``: the library's numpy reference kernel against the fused numba kernel
    for N = 64 .. 2048 at beta = 4, 64, 1000 (best of 7, same run), which places
-   ``spherepde.interaction.AUTO_NUMBA_SIZE``.
+   ``AutoProfile.numba_min_pairs`` (spherepde.interaction.options).
 
 5. ``--vector-width``: the fused kernel with numba's default 256-bit vectors against the
    512-bit ones ``spherepde`` asks for on AVX-512 hosts (``spherepde._numba_target``), each
@@ -196,7 +196,7 @@ def main(argv=None):
     ap.add_argument("--n-memory", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--numpy-crossover", action="store_true",
-                    help="only the numpy-vs-numba timings that place AUTO_NUMBA_SIZE")
+                    help="only the numpy-vs-numba timings that place AutoProfile.numba_min_pairs")
     ap.add_argument("--gpu", action="store_true", help="only the GPU (torch, CUDA) figures")
     ap.add_argument("--vector-width", action="store_true",
                     help="only the fused kernel with 256-bit against 512-bit vectors")

@@ -6,13 +6,10 @@
 >>> model.limit_measure(mu0).weights
 array([0.5, 0.5])
 """
-from . import _numba_target
-
-_numba_target.configure()  # before any module compiles with numba (see its docstring)
-
-from . import exact, measures, sphere, timestepping  # noqa: E402
-from .measures import PointCloud  # noqa: E402
-from .model import AssumptionError, AssumptionReport, Model  # noqa: E402
+from . import exact, measures, sphere, timestepping
+from ._numba_target import use_wide_vectors
+from .measures import PointCloud
+from .model import AssumptionError, AssumptionReport, Model
 
 __version__ = "0.1.0"
 
@@ -41,7 +38,7 @@ _LAZY = {
 }
 
 __all__ = ["Model", "AssumptionReport", "AssumptionError", "PointCloud", "measures", "sphere",
-           "exact", "timestepping", *_LAZY, "__version__"]
+           "exact", "timestepping", "use_wide_vectors", *_LAZY, "__version__"]
 
 
 def __dir__():
@@ -49,11 +46,10 @@ def __dir__():
 
 
 def __getattr__(name):
-    lazy = dict(_LAZY, spectral=("density", None))  # "spectral": the old name of density
-    if name in lazy:
+    if name in _LAZY:
         import importlib
 
-        mod_name, attr = lazy[name]
+        mod_name, attr = _LAZY[name]
         mod = importlib.import_module(f"{__name__}.{mod_name}")
         return mod if attr is None else getattr(mod, attr)
     raise AttributeError(f"module 'spherepde' has no attribute {name!r}")

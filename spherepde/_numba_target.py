@@ -10,16 +10,21 @@ more than that drop: measured on a 2-core Xeon (Emerald Rapids), the fused kerne
 
 numba takes its target features from ``NUMBA_CPU_FEATURES`` when it builds its target
 machine, i.e. at the first ``@njit`` anywhere in the process, and they are part of its cache
-key (a change recompiles once, it never loads mismatched machine code). :func:`configure`
-therefore sets them, host features plus ``-prefer-256-bit``, when ``spherepde`` is imported:
+key (a change recompiles once, it never loads mismatched machine code). Importing
+``spherepde`` changes nothing in the process environment; a program that wants the wide
+vectors calls :func:`use_wide_vectors` (exported as ``spherepde.use_wide_vectors``) once,
+before anything compiles. The warm-up of the install (``python -m spherepde.app.warmup``)
+and the command line call it, so that they compile and load the same cached machine code.
+It sets the host features plus ``-prefer-256-bit``:
 
 - only if the host has AVX-512 (elsewhere nothing changes);
 - never over a ``NUMBA_CPU_FEATURES`` that the user set;
 - not at all with ``SPHEREPDE_NUMBA_WIDE=0`` in the environment;
-- if numba was imported (and something compiled) before ``spherepde``, the setting may come
-  too late to apply; it is then harmless, and only the speed-up is lost.
+- if something compiled with numba before the call, the setting comes too late to apply to
+  that target; it is then harmless, and only the speed-up is lost.
 
-The environment variable is inherited by worker processes (Dask sweeps), so they agree.
+The environment variable it sets is inherited by worker processes (Dask sweeps), so they
+agree.
 """
 from __future__ import annotations
 
@@ -42,9 +47,12 @@ def wide_features() -> str | None:
     return features.flatten() + ",-prefer-256-bit"
 
 
-def configure() -> str | None:
-    """Apply :func:`wide_features` to numba unless the user chose otherwise; returns what was
-    set (None when nothing was)."""
+def use_wide_vectors() -> str | None:
+    """Apply :func:`wide_features` to numba unless the user chose otherwise.
+
+    Sets ``NUMBA_CPU_FEATURES`` in this process's environment (the one place spherepde does),
+    so call it at the start of a program, before any numba compilation. Returns what was set
+    (None when nothing was: no AVX-512, the user set the features, or the opt-out)."""
     if os.environ.get(OPT_OUT, "1").strip() == "0" or "NUMBA_CPU_FEATURES" in os.environ:
         return None
     features = wide_features()

@@ -19,7 +19,6 @@ import numpy as np
 from . import interaction
 from .interaction.numerics import LOG_FLOAT_MAX
 from .measures import Measure, PointCloud, as_point_cloud
-from .registry import renamed_keyword
 from .sphere import as_points, tangent_projection
 
 __all__ = ["Model", "AssumptionReport", "AssumptionError"]
@@ -277,31 +276,45 @@ class Model:
         return PointCloud(px[keep], w / w.sum())
 
     # ------------------------------------------------------------------ velocity
-    def attention(self, x, points, weights=None, kernel: str = "auto", *,
-                  backend: str | None = None) -> np.ndarray:
+    def bind(self, points, weights=None, kernel: str = "auto", options=None, *,
+             n_queries: int | None = None, profile=None):
+        r"""The attention of the measure :math:`\sum_j w_j\delta_{p_j}` (finite beta) as an
+        evaluator ``x (m, d) -> (output (m, d) before P_x, stats)``.
+
+        ``kernel``: a name of :data:`spherepde.interaction.KERNELS` or "auto", resolved by
+        :func:`spherepde.interaction.resolve_kernel` for ``n_queries`` (default: as many as
+        atoms) under ``profile``; ``options``: that kernel's options
+        (:class:`spherepde.interaction.HarmonicOptions` for "harmonic"). Returns
+        ``(name, evaluator)``."""
+        points = np.asarray(points, dtype=np.float64)
+        n = points.shape[0]
+        if weights is None:
+            weights = np.full(n, 1.0 / n)
+        problem = interaction.KernelProblem(n if n_queries is None else int(n_queries), n,
+                                            self.d, self.beta * self.B_norm)
+        name = interaction.resolve_kernel(kernel, problem, profile)
+        impl = interaction.KERNELS.get(name)
+        return name, impl.bind(self, points, weights,
+                               options if name == "harmonic" else None)
+
+    def attention(self, x, points, weights=None, kernel: str = "auto",
+                  options=None) -> np.ndarray:
         """Attention output before the tangent projection, x: (m, d) -> (m, d).
 
         ``kernel``: an interaction kernel of :data:`spherepde.interaction.KERNELS` or "auto"
-        (``backend`` is its deprecated old name). "auto" also weighs the harmonic kernel on
-        S^1 and S^2 (:func:`spherepde.interaction.resolve_kernel`)."""
-        kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
+        (:func:`spherepde.interaction.resolve_kernel`, which also weighs the harmonic kernel
+        on S^1 and S^2); ``options``: the harmonic kernel's
+        :class:`spherepde.interaction.HarmonicOptions`."""
         if self.zero_temperature and not self.hardmax:
             return interaction.zero_temperature_attention(x, self.A, self.B)
-        if not self.zero_temperature:
-            kernel = interaction.resolve_kernel(kernel, x.shape[0], points.shape[0],
-                                                kappa=self.beta * self.B_norm, d=self.d)
-            of_model = getattr(interaction.KERNELS.get(kernel), "of_model", None)
-            if of_model is not None:  # a kernel that works from B, V and the atoms (harmonic)
-                return of_model(self)(x, points, weights)
-        keys = points @ self.B.T
-        values = points @ self.V.T
         if self.zero_temperature:
-            return interaction.hardmax_attention(x, keys, values, weights)
-        return interaction.attention(x, keys, values, weights, self.beta, self.normalized,
-                                     kernel=kernel)
+            n = points.shape[0]
+            w = np.full(n, 1.0 / n) if weights is None else weights
+            return interaction.hardmax_attention(x, points @ self.B.T, points @ self.V.T, w)
+        _, evaluate = self.bind(points, weights, kernel, options, n_queries=x.shape[0])
+        return evaluate(x)[0]
 
-    def velocity(self, x, points=None, weights=None, kernel: str = "auto", *,
-                 backend: str | None = None) -> np.ndarray:
+    def velocity(self, x, points=None, weights=None, kernel: str = "auto") -> np.ndarray:
         r"""The velocity :math:`X[\mu](x)` for :math:`\mu = \sum_j w_j \delta_{p_j}`.
 
         Parameters
@@ -313,14 +326,11 @@ class Model:
         kernel : str
             Interaction kernel: "auto", or a name of :data:`spherepde.interaction.KERNELS`
             ("numpy", "numba", "torch", "harmonic", ...).
-        backend : str, deprecated
-            The old name of ``kernel``.
 
         Returns
         -------
         (..., d) tangent vectors.
         """
-        kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         x = as_points(x, self.d, name="x")
         shape = x.shape
         xf = x.reshape(-1, self.d)

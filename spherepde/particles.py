@@ -29,14 +29,14 @@ import numpy as np
 from . import io
 from .measures import PointCloud
 from .model import Model
-from .registry import renamed_keyword
 from .sphere import as_points, retract, tangent_projection
 from .sphere import normalize as unit
 from .timestepping import (DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_error_norm,
                            get_scheme, integrate)
 from .timestepping import _check_times
 
-__all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS", "default_velocity_tol"]
+__all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS", "default_velocity_tol",
+           "format_schedule", "parse_schedule"]
 
 LAYER_KINDS = ("post-ln", "pre-ln")
 
@@ -54,7 +54,7 @@ def default_velocity_tol(rtol: float, harmonic_tol: float | None = None) -> floa
     it, the same amplification the steps' own local errors (up to rtol per step, and steps
     are shorter than one time unit) go through: δ = rtol/100 adds at most a hundredth of
     what the step control already allows. The default rtol (1e-9) keeps 1e-10."""
-    from .interaction.harmonic import DEFAULT_TOL, FALLBACK_FACTOR
+    from .interaction.options import DEFAULT_TOL, FALLBACK_FACTOR
 
     floor = FALLBACK_FACTOR * (DEFAULT_TOL if harmonic_tol is None else harmonic_tol)
     return min(max(floor, float(rtol) / VELOCITY_TOL_DIVISOR), 0.5)
@@ -189,27 +189,70 @@ class Trajectory:
                 f"t=[{self.times[0]:g}, {self.times[-1]:g}], {self.kind})")
 
 
+def format_schedule(schedule) -> str:
+    """``[(0, "harmonic"), (37, "numba")]`` -> ``"0:harmonic,37:numba"`` (evaluation index:
+    kernel from that evaluation on)."""
+    return ",".join(f"{int(i)}:{name}" for i, name in schedule)
+
+
+def parse_schedule(text: str) -> tuple:
+    """The inverse of :func:`format_schedule`, checked."""
+    out = []
+    for part in str(text).split(","):
+        idx, sep, name = part.strip().partition(":")
+        if not sep or not idx.strip().isdigit() or not name.strip():
+            raise ValueError(f"kernel_schedule must read 'index:kernel,index:kernel,...' "
+                             f"starting at 0 (as a trajectory's settings record it); got {text!r}")
+        out.append((int(idx), name.strip()))
+    if out[0][0] != 0 or any(b[0] <= a[0] for a, b in zip(out, out[1:])):
+        raise ValueError(f"kernel_schedule must start at evaluation 0 and increase; got {text!r}")
+    return tuple(out)
+
+
+class _FixedKernel:
+    """One kernel for every evaluation of a run."""
+
+    def __init__(self, model, name, options):
+        self.model, self.name, self.options = model, name, options
+        self.schedule = [(0, name)]
+
+    def __call__(self, x, weights):
+        return self.model.bind(x, weights, self.name, self.options)[1](x)
+
+
+class _ScheduledKernels:
+    """The kernels of a recorded schedule, evaluation by evaluation: replays a timed run."""
+
+    def __init__(self, model, schedule, options):
+        self.model, self.options = model, options
+        self.schedule = list(schedule)
+        self.evaluations = 0
+
+    def __call__(self, x, weights):
+        i = self.evaluations
+        name = [n for start, n in self.schedule if start <= i][-1]
+        self.evaluations += 1
+        return self.model.bind(x, weights, name, self.options)[1](x)
+
+
 class _KernelChooser:
-    """``kernel="auto"`` during a run: the harmonic or the fused numba kernel, whichever the
-    last measured evaluations say is cheaper.
+    """``adaptive_kernel=True``: the harmonic or the fused numba kernel, whichever the last
+    measured evaluations say is cheaper. Opt-in, because it makes a trajectory depend on the
+    machine's load: the kernel of every evaluation is recorded (``schedule``), and a rerun
+    with ``kernel_schedule=`` reproduces the trajectory bit for bit.
 
     The harmonic kernel's cost grows as the tokens concentrate: more queries look into
-    regions of exponentially little mass and are summed exactly over their caps
-    (:class:`spherepde.interaction.harmonic.HarmonicField`), so a choice made once from the
-    initial cloud can be wrong by 5-10x late in a run. Each evaluation is timed; the kernel
-    in use is dropped as soon as its time exceeds MARGIN times the other one's last time, and
-    the other one is tried again after PROBE evaluations, an interval that doubles each time
-    a trial confirms the current choice (a trial wins only by the same margin, against noise),
-    so a losing kernel costs O(log(steps)) evaluations. Both kernels agree to the solver's
-    velocity_tol (rtol/100 or tighter), below the step tolerance, so the choice changes the
-    trajectory only at that level.
+    regions of exponentially little mass and are summed by the far field, so a choice made
+    once from the initial cloud can be off by 5-10x late in a run. Each evaluation is timed;
+    the kernel in use is dropped as soon as its time exceeds MARGIN times the other one's
+    last time, and the other one is tried again after PROBE evaluations, an interval that
+    doubles each time a trial confirms the current choice (a trial wins only by the same
+    margin, against noise), so a losing kernel costs O(log(steps)) evaluations. Both kernels
+    agree to the solver's velocity_tol, below the step tolerance.
 
     A trial of the fused kernel while the harmonic one is in use times it on SAMPLE_QUERIES
     evenly strided queries against all N keys and scales by N/SAMPLE_QUERIES (its cost is one
-    pass over the keys per query), and this evaluation's output comes from the harmonic
-    kernel: a whole O(N^2) trial at N = 10^6 and beta = 1000 takes about an hour on one
-    thread (3565 s, scaled from the 1.8 s of 512 queries), against 1-10 s for one harmonic
-    evaluation, and a run makes about log2(steps) of them.
+    pass over the keys per query); that evaluation's output comes from the harmonic kernel.
     """
 
     PROBE = 16
@@ -218,13 +261,11 @@ class _KernelChooser:
     #: Queries of a sampled trial of the fused kernel (all of them when N is not larger).
     SAMPLE_QUERIES = 512
 
-    def __init__(self, field, model, first: str, clock=None, velocity_tol=None):
+    def __init__(self, model, first: str, options=None, clock=None):
         import time
 
         self.clock = time.perf_counter if clock is None else clock
-        self.field = field
-        self.velocity_tol = velocity_tol
-        self.model = model
+        self.model, self.options = model, options
         self.current = first
         self.last = {"harmonic": None, "numba": None}
         self.calls = {"harmonic": 0, "numba": 0}
@@ -233,19 +274,17 @@ class _KernelChooser:
         self.sampled = 0  # trials of the fused kernel on a sample of the queries
         self.probe = self.PROBE
         self.until_probe = self.PROBE
+        self.evaluations = 0
+        self.schedule = []  # (evaluation index, kernel whose output it returned from then on)
 
     def _other(self, name):
         return "numba" if name == "harmonic" else "harmonic"
 
     def _run(self, name, x, weights):
-        """(output, seconds) of one evaluation by kernel `name`."""
+        """((output, stats), seconds) of one evaluation by kernel `name`."""
         start = self.clock()
-        if name == "harmonic":
-            out = self.field.attention_of_points(x, x, weights,
-                                                 velocity_tol=self.velocity_tol)
-        else:
-            out = self.model.attention(x, x, weights, kernel="numba")
-        return out, self.clock() - start
+        result = self.model.bind(x, weights, name, self.options)[1](x)
+        return result, self.clock() - start
 
     def _sampled_numba(self, x, weights):
         """The fused kernel's time for all N queries, from a strided sample of them."""
@@ -255,18 +294,25 @@ class _KernelChooser:
         self.model.attention(x[::step], x, weights, kernel="numba")
         return (self.clock() - start) * n / len(range(0, n, step))
 
+    def _record(self, producer):
+        if not self.schedule or self.schedule[-1][1] != producer:
+            self.schedule.append((self.evaluations, producer))
+        self.evaluations += 1
+
     def __call__(self, x, weights):
         trial = self.until_probe <= 0
         name = self._other(self.current) if trial else self.current
         if trial and name == "numba" and x.shape[0] > self.SAMPLE_QUERIES:
             dt = self._sampled_numba(x, weights)
-            out, spent = self._run(self.current, x, weights)
+            result, spent = self._run(self.current, x, weights)
+            self._record(self.current)
             self.last[self.current] = spent
             self.calls[self.current] += 1
             self.seconds[self.current] += spent
             self.sampled += 1
         else:
-            out, dt = self._run(name, x, weights)
+            result, dt = self._run(name, x, weights)
+            self._record(name)
             self.calls[name] += 1
             self.seconds[name] += dt
         self.last[name] = dt
@@ -283,7 +329,7 @@ class _KernelChooser:
             if self.last[other] is not None and dt > self.MARGIN * self.last[other]:
                 self.current, self.probe, self.until_probe = other, self.PROBE, self.PROBE
                 self.switches += 1
-        return out
+        return result
 
     def stats(self) -> dict:
         """Evaluations and seconds per kernel, and the number of switches."""
@@ -292,10 +338,6 @@ class _KernelChooser:
             out[f"evaluations_{k}"] = self.calls[k]
             out[f"seconds_{k}"] = round(self.seconds[k], 3)
         return out
-
-    def summary(self) -> str:
-        return (f"harmonic {self.calls['harmonic']} / numba {self.calls['numba']} evaluations, "
-                f"{self.switches} switches")
 
 
 class ParticleSolver:
@@ -345,8 +387,17 @@ class ParticleSolver:
         "max" (the default: every coordinate of every token within rtol) or "rms" (their root
         mean square within rtol: at low temperature one fast straggler no longer sets every
         token's step; docs/methods.md measures what it saves and what it moves).
-    method, backend : str, deprecated
-        The old names of ``scheme`` and ``kernel``.
+    profile : spherepde.interaction.AutoProfile, optional
+        The cost model of ``kernel="auto"`` (default: the measured default profile). "auto"
+        is resolved once per solve, from N, deterministically.
+    adaptive_kernel : bool
+        Opt-in (default False): with ``kernel="auto"`` on S^1/S^2 at finite beta, switch
+        between the harmonic and the fused kernel during the run by their measured
+        evaluation times. The trajectory then depends on the machine's load; its
+        ``settings["kernel_schedule"]`` records the kernel of every evaluation.
+    kernel_schedule : str, optional
+        Replay a recorded ``settings["kernel_schedule"]`` ("0:harmonic,37:numba": the kernel
+        from each evaluation on), which reproduces that run bit for bit.
 
     Notes
     -----
@@ -362,12 +413,10 @@ class ParticleSolver:
                  rtol: float | None = None, atol: float | None = None, kernel: str = "auto",
                  dt_max: float | None = None, *, harmonic_tol: float | None = None,
                  velocity_tol: float | None = None, error_norm: str = "max",
-                 method: str | None = None,
-                 backend: str | None = None):
+                 profile=None, adaptive_kernel: bool = False,
+                 kernel_schedule: str | None = None):
         if not isinstance(model, Model):
             raise TypeError(f"model must be a spherepde.Model; got {type(model).__name__}")
-        scheme = renamed_keyword("scheme", scheme, "method", method, "dopri5")
-        kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
         self.model = model
         self.tableau = get_scheme(scheme)
         self.scheme = scheme
@@ -392,6 +441,13 @@ class ParticleSolver:
         if velocity_tol is not None and kernel not in ("harmonic", "auto"):
             raise ValueError(f"velocity_tol applies to kernel='harmonic' (or 'auto'); this "
                              f"solver uses kernel={kernel!r}: drop velocity_tol or change kernel")
+        if harmonic_tol is not None:
+            from .interaction.harmonic import NUFFT_EPS_MIN
+
+            harmonic_tol = float(harmonic_tol)
+            if not NUFFT_EPS_MIN <= harmonic_tol < 1:
+                raise ValueError(f"harmonic_tol: tol must lie in [{NUFFT_EPS_MIN:g}, 1); got "
+                                 f"{harmonic_tol}")
         self.harmonic_tol = harmonic_tol
         if velocity_tol is not None:
             from .interaction.harmonic import check_velocity_tol
@@ -399,24 +455,35 @@ class ParticleSolver:
             velocity_tol = check_velocity_tol(velocity_tol)
         self._velocity_tol = velocity_tol
         self.kernel = kernel
-        self._kernel_used = kernel  # "auto" is resolved once per solve, from N
-        self.harmonic_degree = None
-        self._field = None
-        self._chooser = None
-        self._note_kernel(kernel)
+        if (adaptive_kernel or kernel_schedule is not None) and kernel != "auto":
+            raise ValueError(f"adaptive_kernel and kernel_schedule apply to kernel='auto'; this "
+                             f"solver uses kernel={kernel!r}")
+        if adaptive_kernel and kernel_schedule is not None:
+            raise ValueError("pass adaptive_kernel=True (measure and record) or kernel_schedule "
+                             "(replay a record), not both")
+        self.profile = profile
+        self.adaptive_kernel = bool(adaptive_kernel)
+        self.kernel_schedule = (None if kernel_schedule is None
+                                else parse_schedule(kernel_schedule))
 
-    def _note_kernel(self, kernel):
-        """Record the kernel a run uses; for "harmonic", its field (degree L from
-        harmonic_tol), which then computes the attention."""
-        self._kernel_used = kernel
-        self._field = None
-        if kernel == "harmonic" and not self.model.zero_temperature:
-            from .interaction.harmonic import DEFAULT_TOL, field_for
+    @property
+    def harmonic_options(self):
+        """The harmonic kernel's :class:`spherepde.interaction.HarmonicOptions` in this
+        solver's runs."""
+        from .interaction.options import DEFAULT_TOL, HarmonicOptions
 
-            m = self.model
-            tol = DEFAULT_TOL if self.harmonic_tol is None else self.harmonic_tol
-            self._field = field_for(m.B, m.V, m.beta, m.normalized, tol)
-            self.harmonic_degree = self._field.degree
+        tol = DEFAULT_TOL if self.harmonic_tol is None else self.harmonic_tol
+        return HarmonicOptions(tol=tol, velocity_tol=self.velocity_tol)
+
+    @property
+    def harmonic_degree(self) -> int | None:
+        """The degree L of the harmonic kernel for ``kernel="harmonic"`` (None otherwise)."""
+        m = self.model
+        if self.kernel != "harmonic" or m.zero_temperature:
+            return None
+        from .interaction.harmonic import field_for
+
+        return field_for(m.B, m.V, m.beta, m.normalized, self.harmonic_options.tol).degree
 
     @property
     def velocity_tol(self) -> float:
@@ -440,14 +507,31 @@ class ParticleSolver:
                 "check the model's scale (|V|, beta) or loosen rtol")
 
     # ------------------------------------------------------------------ the field
+    def _kernels(self, n: int):
+        """The kernel(s) of one run with n tokens: a new object per run, so that runs share
+        nothing that an evaluation changes."""
+        m = self.model
+        if m.zero_temperature:
+            return None
+        opts = self.harmonic_options if self.kernel in ("harmonic", "auto") else None
+        if self.kernel_schedule is not None:
+            return _ScheduledKernels(m, self.kernel_schedule, opts)
+        from .interaction import KernelProblem, resolve_kernel
+
+        name = resolve_kernel(self.kernel, KernelProblem(n, n, m.d, m.beta * m.B_norm),
+                              self.profile)
+        if self.adaptive_kernel and m.d in (2, 3) and name in ("harmonic", "numba"):
+            return _KernelChooser(m, name, opts)
+        return _FixedKernel(m, name, opts)
+
     def attention(self, x, weights) -> np.ndarray:
-        """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d)."""
-        if self._chooser is not None:
-            return self._chooser(x, weights)
-        if self._field is not None:
-            return self._field.attention_of_points(x, x, weights,
-                                                   velocity_tol=self.velocity_tol)
-        return self.model.attention(x, x, weights, kernel=self._kernel_used)
+        """Unprojected attention output of every token, x: (N, d) on the sphere -> (N, d).
+        "auto" is resolved for this N (the kernel a run of this cloud uses)."""
+        x = np.asarray(x, dtype=np.float64)
+        kernels = self._kernels(x.shape[0])
+        if kernels is None:
+            return self.model.attention(x, x, weights)
+        return kernels(x, weights)[0]
 
     def velocity(self, x, weights) -> np.ndarray:
         r"""The particle velocities :math:`X[\mu^N](x_i)`, x: (N, d) -> (N, d) tangent."""
@@ -514,21 +598,8 @@ class ParticleSolver:
         cloud = self._prepare(x0, weights, normalize)
         times = _check_times(times)
         every = self._check_every(every)
-        self._chooser = None
-        if self.kernel == "auto" and not self.model.zero_temperature:
-            from . import interaction
-
-            m = self.model
-            kappa = m.beta * m.B_norm
-            first = interaction.resolve_kernel("auto", cloud.n, cloud.n, kappa=kappa, d=m.d)
-            if interaction.harmonic_applies(cloud.n, cloud.n, kappa=kappa, d=m.d):
-                # first is then "harmonic" or "numba"; the chooser needs the field either way
-                self._note_kernel("harmonic")
-                self._kernel_used = "auto"
-                self._chooser = _KernelChooser(self._field, m, first,
-                                               velocity_tol=self.velocity_tol)
-            else:
-                self._note_kernel(first)
+        kernels = self._kernels(cloud.n)
+        counts = {}
         sel = self._selection(cloud.n, tokens)
         T = times.size
         kept = [i for i in range(T) if i % every == 0 or i == T - 1]
@@ -536,7 +607,12 @@ class ParticleSolver:
         w = cloud.weights
 
         def rhs(_t, x):
-            return self.velocity(x, w)
+            if kernels is None:
+                return tangent_projection(x, self.model.attention(x, x, w))
+            out, st = kernels(x, w)
+            for key, value in st.items():
+                counts[key] = counts.get(key, 0) + value
+            return tangent_projection(x, out)
 
         def select(x):
             return x if sel is None else x[sel]
@@ -556,10 +632,14 @@ class ParticleSolver:
                                  keep=lambda i: False, norm=self.error_norm)
         except StepSizeError as exc:
             raise StepSizeError(f"{exc}. {self._step_hint()}") from None
-        if self._chooser is not None:
-            stats.update(self._chooser.stats())
+        stats.update({f"kernel_{k}": v for k, v in counts.items()})
+        settings = self._settings()
+        if kernels is not None:
+            settings["kernel_schedule"] = format_schedule(kernels.schedule)
+            if isinstance(kernels, _KernelChooser):
+                stats.update(kernels.stats())
         return Trajectory(times[kept], np.stack(stored), select(w), self.model, cloud,
-                          token_index=sel, stats=stats, kind="ode", settings=self._settings())
+                          token_index=sel, stats=stats, kind="ode", settings=settings)
 
     # ------------------------------------------------------------------ layers
     def layers(self, x0, n_layers: int, h: float, kind: str = "post-ln", weights=None, *,
@@ -635,7 +715,8 @@ class ParticleSolver:
                "kernel": self.kernel, "harmonic_tol": self.harmonic_tol,
                "velocity_tol": (self.velocity_tol if self.kernel in ("harmonic", "auto")
                                 else None),
-               "error_norm": self.error_norm if adaptive else None}
+               "error_norm": self.error_norm if adaptive else None,
+               "adaptive_kernel": True if self.adaptive_kernel else None}
         return {k: v for k, v in out.items() if v is not None}
 
     def __repr__(self) -> str:
@@ -644,11 +725,9 @@ class ParticleSolver:
         if self.error_norm != "max":
             step += f", error_norm={self.error_norm!r}"
         kernel = f"kernel={self.kernel!r}"
-        if self._chooser is not None:
-            kernel += f" (last run: {self._chooser.summary()})"
-        elif self._kernel_used != self.kernel:
-            kernel += f" (last run: {self._kernel_used!r})"
-        if self.harmonic_degree is not None and self._kernel_used in ("harmonic", "auto"):
+        if self.adaptive_kernel:
+            kernel += ", adaptive_kernel=True"
+        if self.kernel == "harmonic" and not self.model.zero_temperature:
             kernel += f", L={self.harmonic_degree}"
             if self.harmonic_tol is not None:
                 kernel += f", harmonic_tol={self.harmonic_tol:g}"

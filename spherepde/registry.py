@@ -11,9 +11,6 @@ shtns, ducc0) are both a :class:`Registry`. An entry is registered
   entry itself, so that a heavy library (numba compiles, torch is slow to import) costs
   nothing until it is asked for.
 
-:func:`renamed_keyword` keeps an old keyword name working for one release, with a
-DeprecationWarning.
-
 >>> from spherepde.registry import Registry
 >>> r = Registry("greeting")
 >>> r.register("hello", lambda: "hi")
@@ -25,10 +22,9 @@ DeprecationWarning.
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any, Callable
 
-__all__ = ["Registry", "renamed_keyword"]
+__all__ = ["Registry"]
 
 
 class Registry:
@@ -128,19 +124,3 @@ class Registry:
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"
 
-
-def renamed_keyword(new_name: str, new_value, old_name: str, old_value, default=None, *,
-                    stacklevel: int = 3):
-    """The value of a keyword renamed from ``old_name`` to ``new_name``.
-
-    ``new_value`` is what the caller passed under the new name (``default`` when not passed),
-    ``old_value`` what it passed under the old one (None when not passed). The old name still
-    works, with a DeprecationWarning; passing both is an error.
-    """
-    if old_value is None:
-        return new_value
-    if new_value is not default and new_value != default:
-        raise TypeError(f"pass {new_name}= only; {old_name}= is its old name")
-    warnings.warn(f"the keyword {old_name}= is renamed {new_name}=; the old name will be removed "
-                  "in the next release", DeprecationWarning, stacklevel=stacklevel)
-    return old_value

@@ -8,7 +8,8 @@ import pytest
 
 from spherepde.interaction.caps import CapSums
 from spherepde.interaction.fused import attention_numba
-from spherepde.interaction.harmonic import (DEFAULT_TOL, DIRECT_FALLBACK_MAX, HarmonicField)
+from spherepde.interaction.harmonic import DEFAULT_TOL, HarmonicField
+from spherepde.interaction.options import HarmonicTuning
 
 TOL = DEFAULT_TOL
 
@@ -119,10 +120,10 @@ def test_harmonic_falls_back_to_caps_where_its_bound_fails(d, normalized, beta):
     y, w = clouds(d, 4000, seed=3)["concentrated"]
     field = HarmonicField(B, V, beta, normalized)
     x = np.concatenate([far_queries(field, y, d, 300, seed=4), y[:100]])
-    out = field.attention_of_points(x, y, w)
+    out, stats = field.evaluate(x, y, w)
     ref = attention_numba(x, y @ B.T, y @ V.T, w, beta, normalized)
     # the far queries fail the harmonic bound and are too many for the all-atom fallback
-    assert field.stats["fallback"] >= 300 > DIRECT_FALLBACK_MAX
+    assert stats["fallback"] >= 300 > HarmonicTuning().direct_fallback_max
     # issue 9's target, 100 tol relative to the bound's scale: |V|_2 (SA), |V|_2 times the
     # query's own normalizer sum_j w_j e^{beta <x, B y_j>} (USA, e^{+-kappa}-sized between
     # queries); the cap bound is tol there, the harmonic one 100 tol

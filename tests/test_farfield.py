@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from spherepde.interaction.farfield import (EXPANSION_SHARE, MAX_DEGREE, MAX_TERMS, FarField,
+from spherepde.interaction.farfield import (FarField, FarFieldOptions, compiled_sizes,
                                             _prepare)
 from spherepde.interaction.fused import attention_numba, log_partition_numba
-from spherepde.interaction.harmonic import DEFAULT_TOL, DIRECT_FALLBACK_MAX, HarmonicField
+from spherepde.interaction.harmonic import DEFAULT_TOL, HarmonicField
+from spherepde.interaction.options import HarmonicTuning
 from spherepde.sphere import fibonacci_lattice
 
 TOL = DEFAULT_TOL
@@ -69,21 +70,18 @@ def test_far_field_matches_the_direct_kernel(d, kind, kappa):
 
 
 @pytest.mark.parametrize("spread", [False, True])
-def test_direct_sums_over_merged_runs_of_atoms_match_the_direct_kernel(monkeypatch, spread):
+def test_direct_sums_over_merged_runs_of_atoms_match_the_direct_kernel(spread):
     """Every kept pair summed directly (a cost model that never expands): the pairs of one
     query node merge into runs of consecutive atoms, each summed in one pass with the shift of
     its nodes' boxes; with weights spanning 1e-300 (log w spread > 600) the pass for the
     largest logit runs instead. Both match the fused kernel."""
-    import spherepde.interaction.farfield as ff
-
     rng = np.random.default_rng(7)
     y, w = cloud("two", 3, 3000, rng)
     if spread:
         w = w * np.exp(-690.0 * rng.random(w.size))
         w /= w.sum()
     q = 256.0 * y @ rotation(3, rng)
-    monkeypatch.setattr(ff, "COST_TERM", 1e9)
-    s, a, shift, stats = FarField(y, w).sums(q, TOL)
+    s, a, shift, stats = FarField(y, w, FarFieldOptions(cost_term=1e9)).sums(q, TOL)
     assert stats["pairs_expanded"] == 0
     assert 0 < stats["direct_runs"] < stats["pairs_direct"] / 2  # the leaves did merge
     ref = attention_numba(q, y, y, w, 1.0, True)
@@ -95,7 +93,7 @@ def test_direct_sums_over_merged_runs_of_atoms_match_the_direct_kernel(monkeypat
 def test_query_lower_bounds_are_bounds_and_shared_within_tight_leaves(kind):
     """The lower bound of log s at every query, which the dropping of pairs rests on: at
     or below the exact log-sum-exp, whether a query tree leaf shares one search (queries
-    within SHARED_BOUND_RADIUS of its first one: the clustered queries here) or searches per
+    within shared_bound_radius of its first one: the clustered queries here) or searches per
     query (the spread ones)."""
     from spherepde.interaction import farfield as ff
 
@@ -107,21 +105,22 @@ def test_query_lower_bounds_are_bounds_and_shared_within_tight_leaves(kind):
     else:
         q = cloud("spread", 3, 2000, rng)[0]
     q = 1000.0 * q @ rotation(3, rng).T
-    qidx, qlo, qhi, qchild, *_ = ff._build(q, ff.LEAF_SIZE)
+    opts = FarFieldOptions()
+    qidx, qtree = ff._split_tree(ff._build(q, opts.leaf_size))
+    qlo, qhi, qchild = qtree.lo, qtree.hi, qtree.child
     qs = np.ascontiguousarray(q[qidx])
     far = FarField(y, w).build()
     lam = np.empty(len(qs))
-    ff._lower_bounds(qs, qlo, qhi, qchild, far._y, far._logw, float(far._logw.max()), far._lo,
-                     far._hi, far._child, far._cen, far._fr, far._ext, far._logW,
-                     ff.LOWER_BOUND_VISITS, ff.SHARED_BOUND_RADIUS, lam)
-    logits = qs @ far._y.T + far._logw
+    ff._lower_bounds(qs, qtree, far._atoms, far._tree, opts.lower_bound_visits,
+                     opts.shared_bound_radius, lam)
+    logits = qs @ far._atoms.y.T + far._atoms.logw
     top = logits.max(axis=1)
     exact = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
     assert np.all(lam <= exact + 1e-9 * np.abs(exact))
     leaves = np.flatnonzero(qchild < 0)
     radius = np.array([np.linalg.norm(qs[qlo[k]:qhi[k]] - qs[qlo[k]], axis=1).max()
                        for k in leaves])
-    shared = radius <= ff.SHARED_BOUND_RADIUS
+    shared = radius <= opts.shared_bound_radius
     assert shared.all() if kind == "tight" else not shared.any()
     # a shared bound is within the leaf's radius of the exact value at its first query, so
     # it loses at most a factor e^radius on s where the search itself is tight
@@ -136,7 +135,8 @@ def test_index_set_meets_its_bound(u):
     """The truncation S of e^{sum_k a_k b_k}, |a_k b_k| <= u_k: at random points with
     |a_k b_k| = u_k (where the majorant is sharp for positive products) the dropped part,
     relative to the smallest exact value e^{-sum u}, is at most eps; the a priori bound."""
-    eps = EXPANSION_SHARE * TOL
+    eps = FarFieldOptions().expansion_share * TOL
+    MAX_TERMS, MAX_DEGREE = compiled_sizes().max_terms, compiled_sizes().max_degree
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2,) * 3, -1, np.int32)
     nbr = np.empty((MAX_TERMS, 3), np.int64)
@@ -170,8 +170,8 @@ def test_far_field_through_the_harmonic_field():
     for normalized, c in ((True, 1.0), (False, 0.6)):  # USA: e^{600} stays in float64
         B, V = c * O, np.diag([1.0, 0.4, 0.0]) @ O
         field = HarmonicField(B, V, 1000.0, normalized)
-        out = field.attention_of_points(y, y, w)
-        assert field.stats["fallback"] > DIRECT_FALLBACK_MAX
+        out, stats = field.evaluate(y, y, w)
+        assert stats["fallback"] > HarmonicTuning().direct_fallback_max
         ref = attention_numba(y, y @ B.T, y @ V.T, w, 1000.0, normalized)
         scale = np.linalg.norm(V, 2) * (1.0 if normalized else
                                         np.exp(log_partition_numba(y, y @ B.T, w, 1000.0)))
@@ -216,23 +216,33 @@ def test_far_field_drops_light_nodes_within_its_bound(tol):
     assert stats["pairs_dropped"] > 0
 
 
-def test_lookahead_splits_pairs_whose_children_are_cheaper(monkeypatch):
+def test_lookahead_splits_pairs_whose_children_are_cheaper():
     """A thin great circle (20000 atoms) with queries looking away, at tol 1e-7: one level of
     lookahead splits expansions whose two child pairs cost less, so the expansions shrink
     (their set sizes fall faster than the pairs multiply) and the modelled work with them;
     the sums stay within their bound either way."""
-    import spherepde.interaction.farfield as ff
-
     rng = np.random.default_rng(1003)
     y, w = cloud("circle", 3, 20000, rng)
     q = 1000.0 * y @ rotation(3, rng)
     ref = attention_numba(q, y, y, w, 1.0, True)
     work = {}
     for lookahead in (False, True):
-        monkeypatch.setattr(ff, "LOOKAHEAD", lookahead)
-        s, a, _, st = FarField(y, w).sums(q, 1e-7)
+        opts = FarFieldOptions(lookahead=lookahead)
+        s, a, _, st = FarField(y, w, opts).sums(q, 1e-7)
         assert np.abs(a / s[:, None] - ref).max() <= 1e-7
         work[lookahead] = (st["expansion_terms"],
-                           st["direct_terms"] + ff.COST_TERM * st["expansion_terms"])
+                           st["direct_terms"] + opts.cost_term * st["expansion_terms"])
     assert work[True][0] < 0.95 * work[False][0]
     assert work[True][1] < 0.95 * work[False][1]
+
+
+def test_compiled_sizes_are_read_from_the_compiled_code(monkeypatch):
+    """Python reads the sizes compiled into the numba code back from it: rebinding the module
+    global afterwards cannot make the two disagree."""
+    from spherepde.interaction import farfield
+
+    sizes = compiled_sizes()
+    assert sizes == (farfield.MAX_DEGREE, farfield.MAX_TERMS, farfield.BLOCK, farfield.CHUNK,
+                     farfield.GRID)
+    monkeypatch.setattr(farfield, "CHUNK", 7)
+    assert compiled_sizes().chunk == sizes.chunk

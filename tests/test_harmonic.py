@@ -11,7 +11,7 @@ import spherepde as sp
 
 from spherepde.interaction.fused import attention_numba
 from spherepde.interaction.harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, HarmonicField,
-                                            PlannedField, attention_harmonic)
+                                            PlannedField)
 
 TOL = DEFAULT_TOL
 BETAS = [0.5, 16.0, 256.0, 1000.0]
@@ -69,12 +69,12 @@ def test_matches_direct_kernel(d, kind, normalized, beta):
     assert np.all(err[np.isfinite(bound)] <= bound[np.isfinite(bound)])
     # the issue's target: max error <= 100 tol relative to the output's size, with the queries
     # the bound does not certify computed directly
-    out = field.attention_of_points(x, y, w)
+    out, stats = field.evaluate(x, y, w)
     assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
     # the fast path does the work: at most 5% of the queries need the direct kernel (20% for
     # a general B, whose bound also carries the Chebyshev coefficients' 1e-13 accuracy floor)
     share = 0.05 if kind == "rotation" else 0.2
-    assert field.stats["fallback"] <= share * field.stats["queries"]
+    assert stats["fallback"] <= share * stats["queries"] and stats["queries"] == len(x)
 
 
 @pytest.mark.parametrize("kind", ["rotation", "general"])
@@ -186,18 +186,18 @@ def test_spectral_rhs_through_the_harmonic_field():
     assert np.abs(rhs - ref).max() <= 1e-11 * np.abs(ref).max()
 
 
-def test_generic_kernel_contract_and_errors():
+def test_kernel_contract_and_errors():
+    from spherepde.interaction import KERNELS, HarmonicOptions
+
     B, V = matrices(3, "rotation")
+    model = sp.Model(K=2.0 * B, V=V, beta=4.0)
     y, w = cloud(3, 500, seed=2)
-    keys, values = y @ (2.0 * B).T, y @ V.T
-    out = attention_harmonic(y, keys, values, w, 8.0, True)
-    ref = attention_numba(y, keys, values, w, 8.0, True)
-    assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
-    Bg, _ = matrices(3, "general")
-    with pytest.raises(ValueError, match="common length"):
-        attention_harmonic(y, y @ Bg.T, values, w, 8.0, True)
-    with pytest.raises(ValueError, match="linear map"):
-        attention_harmonic(y, keys, values**2, w, 8.0, True)
+    out, stats = KERNELS.get("harmonic").bind(model, y, w, HarmonicOptions(tol=1e-10))(y)
+    ref = attention_numba(y, y @ model.B.T, y @ V.T, w, 4.0, True)
+    assert np.abs(out - ref).max() <= FALLBACK_FACTOR * 1e-10 * np.abs(ref).max()
+    assert stats["queries"] == 500
+    with pytest.raises(TypeError, match="HarmonicOptions"):
+        KERNELS.get("harmonic").bind(model, y, w, {"tol": 1e-10})
     with pytest.raises(MemoryError, match=r"L = \d+ for beta = 1e\+06"):
         HarmonicField(B, V, 1e6, max_memory=1e8)
     with pytest.raises(ValueError, match="S\\^1 and S\\^2"):
@@ -219,15 +219,15 @@ def test_model_velocity_with_harmonic_kernel_for_a_general_B():
 
 
 def test_auto_takes_harmonic_above_the_measured_crossover():
-    from spherepde import interaction
-    from spherepde.interaction.harmonic import harmonic_is_faster
+    from spherepde.interaction import KernelProblem, resolve_kernel
 
-    assert interaction.resolve_kernel("auto", 20000, 20000, kappa=256.0, d=3) == "harmonic"
-    assert interaction.resolve_kernel("auto", 20000, 20000, kappa=256.0, d=4) == "numba"
+    assert resolve_kernel("auto", KernelProblem(20000, 20000, 3, 256.0)) == "harmonic"
+    assert resolve_kernel("auto", KernelProblem(20000, 20000, 4, 256.0)) == "numba"
     # without the model's kappa (bare keys and values) auto never guesses harmonic
-    assert interaction.resolve_kernel("auto", 20000, 20000) == "numba"
+    assert resolve_kernel("auto", KernelProblem(20000, 20000)) == "numba"
     # the crossover grows with kappa (L^2 log L of the transforms)
-    first = [next(n for n in range(64, 10**5, 64) if harmonic_is_faster(n, n, k))
+    first = [next(n for n in range(64, 10**5, 64)
+                  if resolve_kernel("auto", KernelProblem(n, n, 3, k)) == "harmonic")
              for k in (16.0, 256.0)]
     assert first[0] < first[1]
 
@@ -319,15 +319,14 @@ def test_auto_keeps_the_kernel_its_timings_show_cheaper():
             state["t"] += cost(state["name"])
         return state["t"]
 
-    field = HarmonicField(model.B, model.V, model.beta)
-    chooser = _KernelChooser(field, model, "harmonic", clock=clock)
+    chooser = _KernelChooser(model, "harmonic", clock=clock)
     ref = model.attention(x, x, w, kernel="numba")
     used = []
     for _ in range(200):
         name = chooser._other(chooser.current) if chooser.until_probe <= 0 else chooser.current
         used.append(name)
         state["name"] = name
-        out = chooser(x, w)
+        out, _ = chooser(x, w)
         state["calls"] += 1
         assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
     # a trial of numba at evaluation 16 (3 against 1) keeps harmonic and doubles the interval
@@ -340,6 +339,9 @@ def test_auto_keeps_the_kernel_its_timings_show_cheaper():
     st = chooser.stats()
     assert st["evaluations_harmonic"] + st["evaluations_numba"] == 200
     assert st["kernel_switches"] == 1
+    # the schedule records the kernel of every evaluation, run-length encoded
+    assert chooser.schedule[:4] == [(0, "harmonic"), (16, "numba"), (17, "harmonic"),
+                                    (49, "numba")]
 
 
 def test_auto_times_the_fused_kernel_on_a_sample_of_a_large_cloud(monkeypatch):
@@ -359,26 +361,34 @@ def test_auto_times_the_fused_kernel_on_a_sample_of_a_large_cloud(monkeypatch):
     w = np.full(n, 1.0 / n)
     clock = {"t": 0.0, "per_token": 3.0 / n}
     queries = []
-    field = HarmonicField(model.B, model.V, model.beta)
-    harmonic, fused = field.attention_of_points, model.attention
+    bind, fused = model.bind, model.attention
 
-    def timed_harmonic(*args, **kw):
-        clock["t"] += 1.0
-        return harmonic(*args, **kw)
+    def timed_bind(points, weights, name, *args, **kw):
+        kernel_name, evaluate = bind(points, weights, name, *args, **kw)
 
-    def timed_fused(q, *args, **kw):
+        def timed(q):
+            if kernel_name == "harmonic":
+                clock["t"] += 1.0
+            else:
+                clock["t"] += clock["per_token"] * q.shape[0]
+                queries.append(q.shape[0])
+            return evaluate(q)
+        return kernel_name, timed
+
+    def timed_fused(q, points, weights, kernel):  # the sampled trial's call
         clock["t"] += clock["per_token"] * q.shape[0]
         queries.append(q.shape[0])
-        return fused(q, *args, **kw)
+        return bind(points, weights, kernel, n_queries=q.shape[0])[1](q)[0]
 
-    monkeypatch.setattr(field, "attention_of_points", timed_harmonic)
+    monkeypatch.setattr(model, "bind", timed_bind)
     monkeypatch.setattr(model, "attention", timed_fused)
-    chooser = _KernelChooser(field, model, "harmonic", clock=lambda: clock["t"])
+    chooser = _KernelChooser(model, "harmonic", clock=lambda: clock["t"])
     ref = fused(x, x, w, kernel="numba")
+    queries.clear()
     for i in range(60):
         if i == 20:
             clock["per_token"] = 0.5 / n
-        out = chooser(x, w)
+        out, _ = chooser(x, w)
         assert np.abs(out - ref).max() <= FALLBACK_FACTOR * TOL * np.abs(ref).max()
         if i < 49:
             assert chooser.current == "harmonic"
@@ -390,23 +400,27 @@ def test_auto_times_the_fused_kernel_on_a_sample_of_a_large_cloud(monkeypatch):
     assert st["evaluations_harmonic"] == 50 and st["evaluations_numba"] == 10
 
 
-def test_auto_particle_run_matches_numba():
-    """A ParticleSolver(kernel="auto") run where harmonic applies records how it split the
-    evaluations between the two kernels and follows the numba trajectory to the solver's
-    accuracy (as test_particle_trajectories_match_the_direct_kernel)."""
+def test_timed_auto_run_matches_numba_and_its_record_replays_it():
+    """A ParticleSolver(kernel="auto", adaptive_kernel=True) run where harmonic applies
+    counts how it split the evaluations between the two kernels, follows the numba
+    trajectory to the solver's accuracy (as test_particle_trajectories_match_the_direct_kernel),
+    and records its kernel schedule; a rerun with that schedule gives the same trajectory bit
+    for bit, however the timings fall this time."""
     from spherepde.app.config import DEFAULT
     from spherepde.app.scenario import build_initial, build_model
 
     model = build_model(DEFAULT, 16.0)
     x0 = build_initial(DEFAULT).sample(400, seed=2)
     times = np.linspace(0.0, 2.0, 5)
-    solver = sp.ParticleSolver(model, kernel="auto")
-    traj = solver.solve(x0, times)
+    traj = sp.ParticleSolver(model, kernel="auto", adaptive_kernel=True).solve(x0, times)
     st = traj.stats
     assert st["evaluations_harmonic"] + st["evaluations_numba"] == st["fevals"]
-    assert "evaluations" in repr(solver)
     ref = sp.ParticleSolver(model, kernel="numba").solve(x0, times)
     assert np.abs(traj.positions - ref.positions).max() <= 1e-7
+    schedule = traj.settings["kernel_schedule"]
+    again = sp.ParticleSolver(model, kernel_schedule=schedule).solve(x0, times)
+    np.testing.assert_array_equal(again.positions, traj.positions)
+    assert again.settings["kernel_schedule"] == schedule
 
 
 def half_uniform_half_cap(n, seed=0):
@@ -437,10 +451,10 @@ def test_velocity_tol_decides_the_fallback_and_every_row_meets_it(normalized):
     fallback = {}
     for vt in (None, 1e-8, 1e-6):
         field = HarmonicField(B, V, 1000.0, normalized)
-        out = field.attention_of_points(y, y, w, velocity_tol=vt)
+        out, stats = field.evaluate(y, y, w, velocity_tol=vt)
         err = (np.abs(out - ref).max(axis=1) / scale).max()
         assert err <= (FALLBACK_FACTOR * TOL if vt is None else vt)
-        fallback[vt] = field.stats["fallback"]
+        fallback[vt] = stats["fallback"]
     assert fallback[None] >= 0.9 * y.shape[0]
     assert fallback[1e-8] <= 0.02 * y.shape[0]
     assert fallback[1e-6] <= fallback[1e-8]
@@ -464,14 +478,13 @@ def test_far_field_runs_at_velocity_tol():
     ref = attention_numba(y, y @ O.T, y @ V.T, w, 1000.0, True)
     for vt in (1e-6, 1e-3):
         field = HarmonicField(O, V, 1000.0, True)
-        out = field.attention_of_points(y, y, w, velocity_tol=vt)
-        assert field.stats["fallback"] > 0.9 * y.shape[0]
+        out, stats = field.evaluate(y, y, w, velocity_tol=vt)
+        assert stats["fallback"] > 0.9 * y.shape[0]
         err = np.abs(out - ref).max() / np.linalg.norm(V, 2)
         assert err <= vt
     # the looser far field did less work for the same queries
-    strict = HarmonicField(O, V, 1000.0, True)
-    strict.attention_of_points(y, y, w)
-    assert field.stats["fallback_work"] < strict.stats["fallback_work"]
+    _, strict = HarmonicField(O, V, 1000.0, True).evaluate(y, y, w)
+    assert stats["fallback_work"] < strict["fallback_work"]
 
 
 def test_particle_solver_velocity_tol_follows_rtol():
@@ -500,10 +513,11 @@ def test_particle_solver_velocity_tol_follows_rtol():
     ref = sp.ParticleSolver(model, kernel="numba").velocity(y, w)
     fallback = []
     for solver in (loose, sp.ParticleSolver(model, kernel="harmonic")):
-        before = solver._field.stats["fallback"]  # the field is shared (field_for's cache)
+        assert solver.harmonic_options.velocity_tol == solver.velocity_tol
         v = solver.velocity(y, w)
         assert np.abs(v - ref).max() <= solver.velocity_tol * np.linalg.norm(V, 2)
-        fallback.append(solver._field.stats["fallback"] - before)
+        _, stats = model.bind(y, w, "harmonic", solver.harmonic_options)[1](y)
+        fallback.append(stats["fallback"])
     assert fallback[0] <= 0.02 * y.shape[0] and fallback[1] >= 0.9 * y.shape[0]
 
     with pytest.raises(ValueError, match="velocity_tol applies to kernel='harmonic'"):

@@ -8,7 +8,7 @@ from spherepde.interaction.reference import attention_numpy
 
 # the harmonic kernel takes only keys of one length and values linear in them (B = c·O, as
 # Model builds them), not these random ones: tests/test_harmonic.py checks it against numba
-BACKENDS = [b for b in interaction.available_backends() if b not in ("numpy", "harmonic")]
+BACKENDS = [b for b in interaction.available_kernels() if b not in ("numpy", "harmonic")]
 
 
 def random_problem(d, n, m, seed):
@@ -25,7 +25,7 @@ def random_problem(d, n, m, seed):
 
 def test_numba_backend_is_registered():
     pytest.importorskip("numba")
-    assert "numba" in interaction.available_backends()
+    assert "numba" in interaction.available_kernels()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -120,3 +120,48 @@ def test_unknown_backend_message():
     x, keys, values, w = random_problem(3, 10, 2, seed=0)
     with pytest.raises(ValueError, match="unknown or unavailable interaction kernel"):
         interaction.attention(x, keys, values, w, 1.0, True, kernel="cuda-magic")
+
+
+@pytest.mark.parametrize("name", [k for k in ("numpy", "numba", "torch", "harmonic")
+                                  if k in interaction.available_kernels()])
+def test_every_kernel_implements_the_bind_contract(name):
+    import spherepde as sp
+
+    model = sp.Model(Q=np.diag([1.0, 1.1, 0.9]), V=np.diag([1.0, 0.5, 0.2]), beta=4.0)
+    y = sp.measures.Uniform(3).sample(300, seed=2)
+    w = np.full(300, 1 / 300)
+    kernel = interaction.KERNELS.get(name)
+    assert isinstance(kernel, interaction.Kernel)
+    out, stats = kernel.bind(model, y, w)(y[:50])
+    assert out.shape == (50, 3) and stats["queries"] == 50
+    ref = attention_numpy(y[:50], y @ model.B.T, y @ model.V.T, w, 4.0, True)
+    # direct kernels: round-off of the sums; harmonic: its 1e-10 default velocity accuracy
+    assert np.abs(out - ref).max() < (1e-9 if name == "harmonic" else 1e-12)
+
+
+def test_harmonic_is_refused_from_keys_and_values():
+    x, keys, values, w = random_problem(3, 10, 3, seed=0)
+    if "harmonic" not in interaction.available_kernels():
+        pytest.skip("ducc0 not installed")
+    with pytest.raises(ValueError, match="Model.attention"):
+        interaction.attention(x, keys, values, w, 1.0, True, kernel="harmonic")
+
+
+def test_auto_follows_the_profile_and_the_entry_order():
+    from spherepde.interaction import AutoProfile, KernelProblem, resolve_kernel
+
+    small = KernelProblem(100, 100, d=5, kappa=4.0)  # 10^4 pairs < 2^14
+    assert resolve_kernel("auto", small) == "numpy"
+    assert resolve_kernel("auto", small, AutoProfile(numba_min_pairs=100)) == "numba"
+    assert resolve_kernel("numpy", KernelProblem(10**4, 10**4)) == "numpy"
+    assert [e.name for e in interaction.AUTO_KERNELS][-1] == "numpy"
+    with pytest.raises(ValueError, match="unknown AutoProfile fields.*numba_min_pairs"):
+        AutoProfile.from_dict({"numba_min_pair": 3})
+
+
+def test_a_profile_saved_and_loaded_is_the_same(tmp_path):
+    from spherepde.interaction import AutoProfile
+
+    prof = AutoProfile(numba_min_pairs=4096, harmonic_pairs_per_unit=30.0)
+    prof.save(tmp_path / "profile.json")
+    assert AutoProfile.load(tmp_path / "profile.json") == prof

@@ -257,3 +257,50 @@ def test_rms_error_norm_follows_the_max_norm_run_to_its_bound(tmp_path):
         ParticleSolver(model, error_norm="l2")
     with pytest.raises(ValueError, match="error_norm only applies to an adaptive scheme"):
         ParticleSolver(model, scheme="rk4", dt=0.1, error_norm="rms")
+
+
+def _default_scenario(beta, n, seed):
+    from spherepde.app.config import DEFAULT
+    from spherepde.app.scenario import build_initial, build_model
+
+    return build_model(DEFAULT, beta), build_initial(DEFAULT).sample(n, seed=seed)
+
+
+@pytest.mark.parametrize("kernel", ["numba", "harmonic"])
+def test_one_solver_solves_in_two_threads_as_in_sequence(kernel):
+    """A solve changes nothing in its solver or in the shared (cached) harmonic field: two
+    solves of one solver object in two threads give, bit for bit, what two sequential solves
+    give, and each trajectory carries its own kernel statistics."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, _ = _default_scenario(16.0, 1, 0)
+    clouds = [_default_scenario(16.0, 300, seed)[1] for seed in (1, 2)]
+    times = np.linspace(0.0, 0.5, 3)
+    solver = sp.ParticleSolver(model, kernel=kernel, rtol=1e-7, atol=1e-9)
+    before = repr(solver)
+    sequential = [solver.solve(x0, times) for x0 in clouds]
+    with ThreadPoolExecutor(2) as pool:
+        threaded = list(pool.map(lambda x0: solver.solve(x0, times), clouds))
+    for a, b in zip(sequential, threaded):
+        np.testing.assert_array_equal(a.positions, b.positions)
+        assert a.stats == b.stats
+        assert a.stats["kernel_queries"] == 300 * a.stats["fevals"]
+    assert repr(solver) == before
+
+
+def test_same_inputs_same_trajectory_bit_for_bit():
+    """kernel="auto" chooses by the sizes and the profile only: a rerun (a new solver) gives
+    the same trajectory bit for bit and records the same kernel; a profile that moves the
+    crossover changes the recorded choice."""
+    from spherepde.interaction import AutoProfile
+
+    model, x0 = _default_scenario(16.0, 400, 3)
+    times = np.linspace(0.0, 1.0, 3)
+    runs = [sp.ParticleSolver(model).solve(x0, times) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0].positions, runs[1].positions)
+    assert runs[0].settings["kernel_schedule"] == runs[1].settings["kernel_schedule"]
+    # N^2 = 1.6e5 pairs: the fused kernel by the default profile (harmonic from N ~ 1500)
+    assert runs[0].settings["kernel_schedule"] == "0:numba"
+    cheap = AutoProfile(harmonic_pairs_per_unit=1.0, harmonic_fixed_units=0.0)
+    other = sp.ParticleSolver(model, profile=cheap).solve(x0, times)
+    assert other.settings["kernel_schedule"] == "0:harmonic"

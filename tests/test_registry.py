@@ -1,8 +1,7 @@
-"""The one registry design (interaction kernels and SHT libraries) and the renamed keywords:
-scheme= (was method=), kernel= (was backend= / interaction_backend=), sht= (was backend=)."""
+"""The one registry design (interaction kernels and SHT libraries): lazy loading, errors that
+list what is installed, registration by name."""
 import sys
 import types
-import warnings
 
 import numpy as np
 import pytest
@@ -59,50 +58,21 @@ def test_a_registered_kernel_is_used_by_name():
         interaction.KERNELS._order.remove("counting_test_kernel")
 
 
-def _same_under_old_name(new, old):
-    """new() and old() agree exactly, old() warns about the rename, new() does not."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        a = new()
-    with pytest.warns(DeprecationWarning, match="is renamed"):
-        b = old()
-    return a, b
+def test_unknown_names_list_what_is_installed():
+    with pytest.raises(ValueError, match=r"unknown or unavailable interaction kernel 'nope'; "
+                                         r"choose from \['numpy', 'numba'"):
+        sp.Model(beta=2.0).velocity(np.eye(3), np.eye(3), kernel="nope")
 
 
-def test_old_keywords_still_work_with_a_deprecation_warning():
-    model = sp.Model(beta=2.0)
-    x = sp.measures.Uniform(3).sample(30, seed=1)
-    a, b = _same_under_old_name(lambda: model.velocity(x, x, kernel="numpy"),
-                                lambda: model.velocity(x, x, backend="numpy"))
-    np.testing.assert_array_equal(a, b)
-    keys, w = x @ model.B.T, np.full(30, 1 / 30)
-    a, b = _same_under_old_name(
-        lambda: interaction.attention(x, keys, x, w, 2.0, True, kernel="numpy"),
-        lambda: interaction.attention(x, keys, x, w, 2.0, True, backend="numpy"))
-    np.testing.assert_array_equal(a, b)
-    a, b = _same_under_old_name(
-        lambda: sp.ParticleSolver(model, scheme="rk4", dt=0.1, kernel="numpy").solve(x, [0, 0.2]),
-        lambda: sp.ParticleSolver(model, method="rk4", dt=0.1, backend="numpy").solve(x, [0, 0.2]))
-    np.testing.assert_array_equal(a.positions, b.positions)
-    lib = sht.available_backends()[-1]
-    a, b = _same_under_old_name(
-        lambda: sp.SpectralSolver(sp.Model(Q=np.diag([1.0, 1.2, 0.9]), beta=1.0), lmax=6,
-                                  sht=lib, kernel="numpy"),
-        lambda: sp.SpectralSolver(sp.Model(Q=np.diag([1.0, 1.2, 0.9]), beta=1.0), lmax=6,
-                                  backend=lib, interaction_backend="numpy"))
-    assert (a.sht_library, a.kernel) == (b.sht_library, b.kernel) == (lib, "numpy")
-    a, b = _same_under_old_name(
-        lambda: sp.FourierSolver(sp.Model(d=2, Q=np.diag([1.0, 1.2])), kmax=6, kernel="numpy"),
-        lambda: sp.FourierSolver(sp.Model(d=2, Q=np.diag([1.0, 1.2])), kmax=6,
-                                 interaction_backend="numpy"))
-    assert a.kernel == b.kernel == "numpy"
-
-
-def test_old_and_new_name_together_is_an_error():
-    with pytest.raises(TypeError, match="pass scheme= only; method= is its old name"):
-        sp.ParticleSolver(sp.Model(), scheme="rk4", method="euler", dt=0.1)
-    with pytest.raises(TypeError, match="pass kernel= only"):
-        sp.Model().velocity(np.eye(3), np.eye(3), kernel="numpy", backend="numba")
+def test_removed_keywords_are_errors():
+    """The package was never released: no old keyword names are kept."""
+    with pytest.raises(TypeError, match="backend"):
+        sp.Model().velocity(np.eye(3), np.eye(3), backend="numpy")
+    with pytest.raises(TypeError, match="method"):
+        sp.ParticleSolver(sp.Model(), method="rk4", dt=0.1)
+    with pytest.raises(TypeError, match="interaction_backend"):
+        sp.FourierSolver(sp.Model(d=2), kmax=6, interaction_backend="numpy")
+    assert not hasattr(interaction, "register_backend")
 
 
 def test_public_names_are_listed_and_importable():
@@ -110,4 +80,21 @@ def test_public_names_are_listed_and_importable():
                  "FourierSolver", "w2", "sphere"):
         assert name in sp.__all__
     for name in sp.__all__:
-        assert getattr(sp, name) is not None
+        getattr(sp, name)  # raises AttributeError for a listed name that is missing
+    with pytest.raises(AttributeError, match="no attribute 'spectral'"):
+        sp.spectral
+
+
+def test_density_solvers_choose_their_velocity_operator_from_a_registry():
+    from spherepde.density import s1_fourier, s2_spectral
+
+    assert isinstance(s2_spectral.OPERATORS, Registry)
+    assert s2_spectral.OPERATORS.names() == ["funk_hecke", "direct", "chebyshev",
+                                             "zero_temperature"]
+    assert s1_fourier.OPERATORS.names() == ["funk_hecke", "direct", "zero_temperature"]
+    general = sp.Model(Q=np.diag([1.0, 1.2, 0.9]), beta=1.0)
+    assert sp.SpectralSolver(general, lmax=6).operator.name == "direct"  # auto: B is not c·O
+    assert sp.SpectralSolver(sp.Model(beta=1.0), lmax=6).operator.name == "funk_hecke"
+    with pytest.raises(ValueError, match="unknown velocity path 'nope'; choose 'auto', "
+                                         "'funk_hecke', 'direct', 'chebyshev'"):
+        sp.SpectralSolver(general, lmax=6, path="nope")

@@ -6,7 +6,9 @@ numba compiles a kernel at its first call and keeps the machine code in its on-d
 the 2-core machine: 136 s cold against 84 s with the caches filled), most of it in the
 harmonic kernel's far-field fallback, which only a concentrated cloud reaches. :func:`warm_up`
 runs one small instance of everything the main job uses, with the same argument types, and
-returns the seconds it took. Run it with ``python -m spherepde.app.warmup``.
+returns the seconds it took. Run it with ``python -m spherepde.app.warmup``: it first makes the
+CPU-feature choice of :func:`spherepde.use_wide_vectors` (numba's cache is keyed by the
+features, so a program that loads these caches makes the same call before it compiles).
 """
 from __future__ import annotations
 
@@ -55,4 +57,7 @@ def warm_up() -> float:
 
 
 if __name__ == "__main__":
+    from .. import use_wide_vectors
+
+    use_wide_vectors()
     print(f"spherepde: numba kernels compiled (or loaded) in {warm_up():.0f} s")

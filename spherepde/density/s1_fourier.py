@@ -22,8 +22,7 @@ import math
 import numpy as np
 
 from ..interaction.operators import (DirectQuadrature, FunkHeckeS1, ZeroTemperature,
-                                     choose_operator)
-from ..registry import renamed_keyword
+                                     choose_operator, operator_registry)
 from ..sphere import CircleGrid, as_points
 from ..transforms.fourier import analyze, synthesize
 from ..transforms.sht import fft_size
@@ -32,8 +31,14 @@ from .common import RESOLUTION_TOL, SpectralDensitySolver, warn_resolution
 
 __all__ = ["FourierSolver", "FourierSolution", "synthesize", "analyze"]
 
-#: the velocity operators implemented on S^1
-OPERATORS = ("funk_hecke", "direct", "zero_temperature")
+#: The velocity operators of :class:`FourierSolver`: name -> build(solver, model, fac).
+OPERATORS = operator_registry("velocity operator of FourierSolver", {
+    "funk_hecke": lambda s, model, fac: FunkHeckeS1(model, s.grid, s.kmax, fac),
+    "direct": lambda s, model, fac: DirectQuadrature(model, s.points, s.weights,
+                                                     (s.grid.e_theta,), s.kernel),
+    "zero_temperature": lambda s, model, fac: ZeroTemperature(model, s.points, s.weights,
+                                                              (s.grid.e_theta,)),
+})
 
 
 class FourierSolution(DensitySolution):
@@ -102,8 +107,6 @@ class FourierSolver(SpectralDensitySolver):
     scheme, dt, rtol, atol, cfl, filter_strength, filter_order, dealias, mass_rtol,
     resolution_tol, kernel :
         As in :class:`spherepde.density.SpectralSolver` (with K for L).
-    interaction_backend : str, deprecated
-        The old name of ``kernel``.
 
     Examples
     --------
@@ -122,10 +125,7 @@ class FourierSolver(SpectralDensitySolver):
                  dt: float | None = None, rtol: float = 1e-9, atol: float = 1e-11,
                  cfl: float = 1.0, filter_strength: float = 1.0, filter_order: int = 36,
                  dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
-                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto",
-                 interaction_backend: str | None = None):
-        kernel = renamed_keyword("kernel", kernel, "interaction_backend", interaction_backend,
-                                 "auto")
+                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto"):
         super().__init__(model, kmax, "kmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)
@@ -138,13 +138,7 @@ class FourierSolver(SpectralDensitySolver):
         self.theta, self.points, self.weights = self.grid.theta, self.grid.points, self.grid.weights
         self.node_weights = self.grid.weights
         self.k = self.degrees = np.arange(kmax + 1)
-        pts, w, frame = self.grid.points, self.grid.weights, (self.grid.e_theta,)
-        build = {
-            "funk_hecke": lambda: FunkHeckeS1(model, self.grid, kmax, fac),
-            "direct": lambda: DirectQuadrature(model, pts, w, frame, kernel),
-            "zero_temperature": lambda: ZeroTemperature(model, pts, w, frame),
-        }
-        self.operator = build[name]()
+        self.operator = OPERATORS.get(name)(self, model, fac)
 
     def values(self, ck):
         return synthesize(ck, self.n)

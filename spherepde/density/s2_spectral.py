@@ -31,9 +31,8 @@ import math
 import numpy as np
 
 from ..interaction.operators import (ChebyshevFunkHecke, DirectQuadrature, FunkHeckeS2,
-                                     ZeroTemperature, choose_operator)
+                                     ZeroTemperature, choose_operator, operator_registry)
 from ..model import Model
-from ..registry import renamed_keyword
 from ..sphere import GaussGrid, as_points, rotation_axis_frame
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
 from .base import MASS_RTOL, DensitySolution, check_mass, check_values, density_callable
@@ -42,6 +41,17 @@ from .common import RESOLUTION_TOL, SpectralDensitySolver, warn_resolution
 __all__ = ["SpectralSolver", "SpectralSolution"]
 
 SQRT_4PI = math.sqrt(4.0 * math.pi)
+
+#: The velocity operators of :class:`SpectralSolver`: name -> build(solver, model, fac).
+OPERATORS = operator_registry("velocity operator of SpectralSolver", {
+    "funk_hecke": lambda s, model, fac: FunkHeckeS2(model, s.sht, fac),
+    "direct": lambda s, model, fac: DirectQuadrature(model, s.grid.points, s.grid.weights,
+                                                     s._tangent_frame, s.kernel),
+    "chebyshev": lambda s, model, fac: ChebyshevFunkHecke(model, s.lmax, s.grid.points,
+                                                          s.grid.weights, s._tangent_frame),
+    "zero_temperature": lambda s, model, fac: ZeroTemperature(model, s.grid.points,
+                                                              s.grid.weights, s._tangent_frame),
+})
 
 
 def real_inner(a, b, m):
@@ -126,7 +136,7 @@ class SpectralSolution(DensitySolution):
 
     @classmethod
     def from_arrays(cls, z, **common):
-        sht = z["sht"] if "sht" in z.files else z["backend"]  # files of the previous release
+        sht = z["sht"]
         return cls(**common, lmax=int(z["lmax"]), grid_shape=tuple(int(v) for v in z["grid_shape"]),
                    sht=str(sht))
 
@@ -183,8 +193,6 @@ class SpectralSolver(SpectralDensitySolver):
         beyond degree L (relative L2 norm) above ``resolution_tol`` gives a ResolutionWarning.
     kernel : str
         Interaction kernel of :func:`spherepde.interaction.attention` for the direct operator.
-    backend, interaction_backend : str, deprecated
-        The old names of ``sht`` and ``kernel``.
 
     Examples
     --------
@@ -203,11 +211,7 @@ class SpectralSolver(SpectralDensitySolver):
                  scheme: str = "dopri5", dt: float | None = None, rtol: float = 1e-9,
                  atol: float = 1e-11, cfl: float = 1.0, filter_strength: float = 1.0,
                  filter_order: int = 36, dealias: float = 1.5, mass_rtol: float = MASS_RTOL,
-                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto",
-                 backend: str | None = None, interaction_backend: str | None = None):
-        sht = renamed_keyword("sht", sht, "backend", backend, "auto")
-        kernel = renamed_keyword("kernel", kernel, "interaction_backend", interaction_backend,
-                                 "auto")
+                 resolution_tol: float = RESOLUTION_TOL, kernel: str = "auto"):
         super().__init__(model, lmax, "lmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)
@@ -215,7 +219,7 @@ class SpectralSolver(SpectralDensitySolver):
             raise ValueError(f"lmax = {self.degree} is above the largest supported degree "
                              f"{MAX_LMAX} (a grid of {MAX_LMAX + 2} x {4 * MAX_LMAX} nodes); "
                              "lower lmax")
-        name, fac = choose_operator(model, path, 3)
+        name, fac = choose_operator(model, path, 3, OPERATORS)
         self.lmax = lmax = self.degree
         self.kernel = kernel
         self.sht_class = get_backend(sht)
@@ -229,14 +233,8 @@ class SpectralSolver(SpectralDensitySolver):
         self.l, self.m = self.sht.l, self.sht.m
         self.degrees = self.l
         _, e_t, e_p = self.grid.frame
-        pts, w, frame = self.grid.points, self.grid.weights, (e_t, e_p)
-        build = {
-            "funk_hecke": lambda: FunkHeckeS2(model, self.sht, fac),
-            "direct": lambda: DirectQuadrature(model, pts, w, frame, kernel),
-            "chebyshev": lambda: ChebyshevFunkHecke(model, lmax, pts, w, frame),
-            "zero_temperature": lambda: ZeroTemperature(model, pts, w, frame),
-        }
-        self.operator = build[name]()
+        self._tangent_frame = (e_t, e_p)
+        self.operator = OPERATORS.get(name)(self, model, fac)
         self._frame = self._inner = None
         P = rotation_axis_frame(fac[1]) if name == "funk_hecke" else None
         if P is not None:

@@ -62,8 +62,9 @@ the same guarantee as the exact cap sums of :mod:`spherepde.interaction.caps`. S
 carried as :math:`(e^{T_i}, s_i e^{-T_i}, a_i e^{-T_i})` with a running log-shift
 :math:`T_i` (the online softmax), since the pairs' scales differ by hundreds in the exponent.
 
-Cost. A pair is expanded when :math:`\max_k u_k \le` :data:`U_MAX`, its set
-:math:`S \cup (S + e_k)` has at most :data:`MAX_SET` rows and the expansion is cheaper than
+Cost. A pair is expanded when :math:`\max_k u_k \le` ``u_max``, its set
+:math:`S \cup (S + e_k)` has at most ``max_set`` rows (fields of
+:class:`~spherepde.interaction.options.FarFieldOptions`) and the expansion is cheaper than
 the direct sum, and splitting it is not cheaper: the split's cost is estimated one level
 down, each of the two child pairs at the cheaper of its own expansion and its direct sum (0
 if dropped). A large set alone does not decide it: the children's sets are smaller by a
@@ -77,50 +78,64 @@ of the atom curve inside its kernel's cap). Measured in docs/methods.md.
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
+from typing import Final, NamedTuple
 
 import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .caps import positive_atoms
 from .fused import _REDUCE, _exp_nonpositive, _row3
+from .options import FarFieldOptions
 
-__all__ = ["FarField", "U_MAX", "LEAF_SIZE"]
+__all__ = ["FarField", "FarFieldOptions", "CompiledSizes", "compiled_sizes"]
 
-#: Atoms (or queries) per leaf.
-LEAF_SIZE = 48
-#: Largest cross-term bound u_k for which a pair is expanded (u^a/a! then decreases in a).
-U_MAX = 1.0
-#: Largest multi-index degree per axis (|S| stays below a few hundred at u <= U_MAX).
-MAX_DEGREE = 30
-#: Share of tol allowed to the expansions and to the dropped nodes (module docstring).
-EXPANSION_SHARE = 0.25
-DROP_SHARE = 0.2
-#: Cost model, in units of one exact term (an exponential, ~1-2 ns): one multiply-add of the
-#: expansion costs about COST_TERM of it.
-COST_TERM = 0.1
-#: Nodes that the search for a lower bound of each query's log s may visit.
-LOWER_BOUND_VISITS = 24
-#: A leaf of the query tree whose queries lie within this distance of its first one shares
-#: that query's bound, lowered by each query's distance (a factor e^-1 at most in the bound
-#: on s: a few more pairs kept, against one search instead of LEAF_SIZE).
-SHARED_BOUND_RADIUS = 1.0
-#: Pairs whose index set S+ would be larger are split rather than expanded.
-MAX_SET = 256
-#: An expandable pair is split instead when its two child pairs, each at its cheapest, cost
-#: less (one level of lookahead); False restores the rule by MAX_SET alone (benchmarks).
-LOOKAHEAD = True
+# Compile-time constants: MAX_DEGREE, MAX_TERMS, BLOCK, CHUNK and GRID are read as globals
+# inside @njit(cache=True) functions, so numba freezes their values into the machine code and
+# its on-disk cache; rebinding them at run time would change what Python sees but not what
+# the compiled code uses. They are therefore marked Final, and Python reads them back from
+# the compiled code (:func:`compiled_sizes`), never from these globals, so the two cannot
+# diverge. To change one, edit it here (the cache is keyed by this file and recompiles).
+
+#: Largest multi-index degree per axis (|S| stays below a few hundred at u <= u_max).
+MAX_DEGREE: Final = 30
 #: Largest |S+| of an expansion (its scratch arrays); pairs that need more are split.
-MAX_TERMS = 4096
+MAX_TERMS: Final = 4096
 #: Atoms or queries per block of the expansion's vectorized loops.
-BLOCK = 256
+BLOCK: Final = 256
 #: Atoms or queries per parallel piece of a large pair; query subtrees of at most this many
 #: queries are the parallel tasks of the small pairs.
-CHUNK = 4096
+CHUNK: Final = 4096
 
 
-#: Query subtrees per thread whose walks (:func:`_traverse`) run side by side.
-WALKS_PER_THREAD = 4
+# The arguments of the numba functions, grouped (numba takes namedtuples of arrays and
+# scalars as one argument each).
+#: A node-ordered binary tree (:func:`_build`): per node its range [lo, hi) in tree order,
+#: its first child (-1 for a leaf; the second is child + 1), center (3), frame (3, 3) and
+#: extents (3) of its box.
+Tree = namedtuple("Tree", "lo hi child center frame ext")
+#: The atoms in tree order: y (n, 3), yT (3, n), w, log w, the log-weight of each node
+#: (logW), max log w and its spread max - min.
+Atoms = namedtuple("Atoms", "y yT w logw logW lwmax lwspread")
+#: Directly summed pairs merged into runs of consecutive atoms: bounds (r, 2) = [lo, hi),
+#: and the atom nodes of run r, nodes[start[r]:start[r + 1]].
+Runs = namedtuple("Runs", "bounds start nodes")
+#: The running sums at the queries: shift T, normalizer S, first moment A (rows in tree order).
+Sums = namedtuple("Sums", "T S A")
+#: What the walk needs of the options and of tol (:meth:`FarField._walk`).
+WalkParams = namedtuple("WalkParams", "log_drop log_leaf eps u_max cost_term max_set lookahead")
+#: One expansion at a query block: index set alpha (ns rows of S; S+ beyond), neighbour rows,
+#: the largest degree, the moments and their shift.
+Expansion = namedtuple("Expansion", "alpha ns nbr maxd mom sigma")
+#: A thread's scratch for expansions (sizes of :func:`compiled_sizes`).
+Workspace = namedtuple("Workspace", "alpha lookup nbr mom pows scratch")
+
+
+def _split_tree(built):
+    """(idx, :class:`Tree`) from :func:`_build`'s (idx, lo, hi, child, center, frame, ext)."""
+    return built[0], Tree(*built[1:])
+
 
 _POOL = {"pool": None, "workers": 0}
 
@@ -342,13 +357,15 @@ def _node_lower(q, c, f, e, logW):
 
 
 @njit(cache=True)
-def _query_lower(q, y, logw, lwmax, lo, hi, child, center, frame, ext, logW, visits, stack):
+def _query_lower(q, atoms, tree, visits, stack):
     """A lower bound of log s at one query: first the best of the node bounds
     (:func:`_node_lower`) on a descent into the child with the larger bound, and the exact
     log-sum over the leaf reached; then a branch and bound for the largest logit (children in
     the order of their upper bounds, nodes skipped whose upper bound is below the best found),
     for at most `visits` nodes, whose leaves' log-sums may raise the bound (a query whose
     largest term is a lone atom far from the bulk). ``stack``: scratch (>= 64 entries)."""
+    y, logw, lwmax, logW = atoms.y, atoms.logw, atoms.lwmax, atoms.logW
+    lo, hi, child, center, frame, ext = tree
     k = 0
     best = _node_lower(q, center[0], frame[0], ext[0], logW[0])
     while child[k] >= 0:
@@ -383,13 +400,13 @@ def _query_lower(q, y, logw, lwmax, lo, hi, child, center, frame, ext, logW, vis
 
 
 @njit(parallel=True, cache=True)
-def _lower_bounds(qs, qlo, qhi, qchild, y, logw, lwmax, lo, hi, child, center, frame, ext,
-                  logW, visits, radius, out):
+def _lower_bounds(qs, qtree, atoms, tree, visits, radius, out):
     """out_i = a lower bound of log s_i at the queries qs (in the order of their tree: qlo,
     qhi, qchild), by :func:`_query_lower`. A leaf of the query tree whose queries lie within
     ``radius`` of its first one, q_r, takes out_i = out_r - |q_i - q_r|, which is a bound
     since |y_j| = 1 gives <q_i, y_j> >= <q_r, y_j> - |q_i - q_r| term by term (late in a run
     the queries of a cluster nearly coincide, and one search serves the leaf)."""
+    qlo, qhi, qchild = qtree.lo, qtree.hi, qtree.child
     leaves = np.flatnonzero(qchild < 0)
     for t in prange(leaves.shape[0]):
         k = leaves[t]
@@ -401,14 +418,12 @@ def _lower_bounds(qs, qlo, qhi, qchild, y, logw, lwmax, lo, hi, child, center, f
             out[i] = -math.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
             r = max(r, -out[i])
         if r <= radius:
-            first = _query_lower(qs[a], y, logw, lwmax, lo, hi, child, center, frame, ext, logW,
-                                 visits, stack)
+            first = _query_lower(qs[a], atoms, tree, visits, stack)
             for i in range(a, b):
                 out[i] += first
         else:
             for i in range(a, b):
-                out[i] = _query_lower(qs[i], y, logw, lwmax, lo, hi, child, center, frame, ext,
-                                      logW, visits, stack)
+                out[i] = _query_lower(qs[i], atoms, tree, visits, stack)
 
 
 @njit(cache=True)
@@ -556,8 +571,7 @@ def _merge(i, shift, s, a0, a1, a2, T, S, A):
 
 
 @njit(cache=True)
-def _direct(qs, qlo, qhi, yT, logw, alo, ahi, nodes, acen, afr, aext, lwmax, lwspread, T, S,
-            A):
+def _direct(qs, qlo, qhi, atoms, alo, ahi, nodes, tree, sums):
     """Exact sums of the atoms [alo, ahi) at the queries [qlo, qhi): the atoms of the
     consecutive atom nodes ``nodes`` (tree order keeps a subtree's atoms contiguous, so the
     nodes a query node sums directly merge into few long runs: :func:`_runs`), through the
@@ -565,6 +579,9 @@ def _direct(qs, qlo, qhi, yT, logw, alo, ahi, nodes, acen, afr, aext, lwmax, lws
     on one leaf. The shift is the largest upper bound of <q, y> over the nodes' boxes + max
     log w; every term within e^-600 of the largest is kept when the boxes are small enough,
     else a first pass finds the largest logit."""
+    yT, logw, lwmax, lwspread = atoms.yT, atoms.logw, atoms.lwmax, atoms.lwspread
+    acen, afr, aext = tree.center, tree.frame, tree.ext
+    T, S, A = sums
     y0, y1, y2 = yT[0, alo:ahi], yT[1, alo:ahi], yT[2, alo:ahi]
     lw = logw[alo:ahi]
     for i in range(qlo, qhi):
@@ -653,10 +670,12 @@ def _moments(y, w, lo, hi, c, F, qc, alpha, nt, maxd, mom, P):
 
 
 @njit(cache=True, fastmath=_REDUCE)
-def _evaluate(qs, lo, hi, qc, c, F, alpha, ns, nbr, maxd, mom, sigma, P, scratch, T, S, A):
+def _evaluate(qs, lo, hi, qc, c, F, expansion, P, scratch, sums):
     """Adds the expansion with moments mom (shift sigma) at the queries [lo, hi):
     sum_alpha a^alpha/alpha! (m_alpha, m_{alpha + e_k}), a = F (q - qc); nbr[r, k] is the
     row of alpha_r + e_k. In blocks of BLOCK queries whose inner loops vectorize."""
+    alpha, ns, nbr, maxd, mom, sigma = expansion
+    T, S, A = sums
     a0, a1, a2 = np.empty(BLOCK), np.empty(BLOCK), np.empty(BLOCK)
     # (s, n_0, n_1, n_2) = M4 tt: the products tt[r, t] = a_t^alpha_r / alpha_r! of a block
     # against the moments (m_alpha, m_{alpha + e_k}), a (4, ns) x (ns, BLOCK) matrix product
@@ -735,7 +754,27 @@ _cross_bounds = njit(cache=True)(_cross_bounds)
 
 #: Levels of the grid of u (2^(j/4 - 20), j < GRID; u up to 2^3; above that no pair is
 #: expanded).
-GRID = 92
+GRID: Final = 92
+
+
+class CompiledSizes(NamedTuple):
+    """The sizes compiled into the far field's numba code (the globals above)."""
+
+    max_degree: int
+    max_terms: int
+    block: int
+    chunk: int
+    grid: int
+
+
+@njit(cache=True)
+def _compiled_sizes():
+    return MAX_DEGREE, MAX_TERMS, BLOCK, CHUNK, GRID
+
+
+def compiled_sizes() -> CompiledSizes:
+    """The sizes as the compiled code holds them (read from it, not from the globals)."""
+    return CompiledSizes(*_compiled_sizes())
 
 
 @njit(cache=True)
@@ -764,42 +803,42 @@ def _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop, 
 
 
 @njit(cache=True)
-def _expansion(Q, P, nq, na, qfr, qext, afr, aext, eps, u_max, cost_term, max_set, sizes,
-               alpha, lookup, u):
+def _expansion(Q, P, nq, na, qtree, atree, wp, sizes, alpha, lookup, u):
     """(cost, largest degree) of the pair's expansion, the cost in units of one exact term:
     the moments (na atoms x |S+|) and the sums at the queries (nq x |S| with the three
     first-moment rows), each point with its powers. The cost is inf where no expansion is
     allowed (some u_k above u_max, a set beyond MAX_DEGREE or above max_set rows)."""
-    j = _cross_bounds(Q, P, qfr, qext, afr, aext, u)
-    if max(u[0], max(u[1], u[2])) <= u_max:
-        ns, nt, lt = _set_sizes(u, j, sizes, eps, alpha, lookup)
-        if ns > 0 and nt <= max_set:
-            return cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0)), lt
+    j = _cross_bounds(Q, P, qtree.frame, qtree.ext, atree.frame, atree.ext, u)
+    if max(u[0], max(u[1], u[2])) <= wp.u_max:
+        ns, nt, lt = _set_sizes(u, j, sizes, wp.eps, alpha, lookup)
+        if ns > 0 and nt <= wp.max_set:
+            return wp.cost_term * (na * (nt + 4.0) + nq * (4.0 * ns + 8.0)), lt
     return np.inf, 0
 
 
 @njit(cache=True)
-def _cheapest(Q, P, qlo, qhi, qcen, qfr, qext, qlam, qmax, alo, ahi, acen, afr, aext, alogW,
-              log_drop, log_leaf, eps, u_max, cost_term, max_set, sizes, alpha, lookup, u):
+def _cheapest(Q, P, qtree, qlam, qmax, atree, alogW, wp, sizes, alpha, lookup, u):
     """The cost of a pair done at once: 0 when dropped, else the cheaper of its expansion
     (where one is allowed) and its direct sum."""
-    if _is_dropped(Q, P, qcen, qext, qlam, qmax, acen, afr, aext, alogW, log_drop, log_leaf):
+    if _is_dropped(Q, P, qtree.center, qtree.ext, qlam, qmax, atree.center, atree.frame,
+                   atree.ext, alogW, wp.log_drop, wp.log_leaf):
         return 0.0
-    nq, na = qhi[Q] - qlo[Q], ahi[P] - alo[P]
-    cost, _ = _expansion(Q, P, nq, na, qfr, qext, afr, aext, eps, u_max, cost_term, max_set,
-                         sizes, alpha, lookup, u)
+    nq, na = qtree.hi[Q] - qtree.lo[Q], atree.hi[P] - atree.lo[P]
+    cost, _ = _expansion(Q, P, nq, na, qtree, atree, wp, sizes, alpha, lookup, u)
     return min(cost, float(nq) * na)
 
 
 @njit(cache=True, nogil=True)
-def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, acen, afr,
-              aext, alogW, log_drop, log_leaf, eps, u_max, cost_term, max_set, lookahead,
-              start=0):
+def _traverse(qtree, qlam, qmax, atree, alogW, wp, start=0):
     """The dual-tree walk from (query node ``start``, root): each pair of nodes is dropped, expanded, summed
     directly or split (module docstring). A pair is dropped when its largest possible term
     e^hi, times the atom node's weight W_A, is at most D/2 e^{lambda_Q} max(W_A/|w|, 1/K)
     (log_drop = log(D/(2|w|)), log_leaf = log(D/(2K)), K the atom tree's leaves). Returns
-    the pairs to expand and to sum directly, (n, 2) each, and the number of dropped pairs."""
+    the pairs to expand and to sum directly, (n, 2) each, and the number of dropped pairs.
+    ``wp``: a :data:`WalkParams`."""
+    qlo, qhi, qchild, qcen, qfr, qext = qtree
+    alo, ahi, achild, acen, afr, aext = atree
+    log_drop, log_leaf, lookahead = wp.log_drop, wp.log_leaf, wp.lookahead
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
     u = np.empty(3)
@@ -825,8 +864,7 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
         # the node a split divides: the one with more points (a leaf is never split);
         # splitting the wider one instead was measured 1.5-1.8x slower on late clouds
         split_q = not qleaf and (aleaf or nq > na)
-        cost, lt = _expansion(Q, P, nq, na, qfr, qext, afr, aext, eps, u_max, cost_term,
-                              max_set, sizes, alpha, lookup, u)
+        cost, lt = _expansion(Q, P, nq, na, qtree, atree, wp, sizes, alpha, lookup, u)
         expand = cost <= direct_cost
         if expand and lookahead and not (qleaf and aleaf):
             # a large index set means a large pair: its children's sets may be so much
@@ -835,9 +873,8 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
             split = 0.0
             for h in range(2):
                 cq, cp = (qchild[Q] + h, P) if split_q else (Q, achild[P] + h)
-                split += _cheapest(cq, cp, qlo, qhi, qcen, qfr, qext, qlam, qmax, alo, ahi,
-                                   acen, afr, aext, alogW, log_drop, log_leaf, eps, u_max,
-                                   cost_term, max_set, sizes, alpha, lookup, u2)
+                split += _cheapest(cq, cp, qtree, qlam, qmax, atree, alogW, wp, sizes, alpha,
+                                   lookup, u2)
             expand = split >= cost
         if expand:
             if ne == exp_pairs.shape[0]:
@@ -866,31 +903,33 @@ def _traverse(qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, alo, ahi, achild, a
 
 
 @njit(cache=True)
-def _pair(Q, P, lt, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax, lwspread, alo, ahi,
-          acen, afr, aext, runs, run_start, run_nodes, eps, alpha, lookup, nbr, mom, pows, scratch,
-          T, S, A):
-    """One pair, serially (P: the atom node, or for a direct pair the run); returns its work
-    (terms)."""
+def _pair(Q, P, lt, expand, qs, qtree, atoms, atree, runs, eps, ws, sums):
+    """One pair, serially (P: the atom node, or for a direct pair the run), with the
+    :data:`Workspace` ws; returns its work (terms)."""
+    qlo, qhi = qtree.lo, qtree.hi
     if not expand:
-        _direct(qs, qlo[Q], qhi[Q], yT, logw, runs[P, 0], runs[P, 1],
-                run_nodes[run_start[P]:run_start[P + 1]], acen, afr, aext, lwmax, lwspread, T,
-                S, A)
-        return (qhi[Q] - qlo[Q]) * (runs[P, 1] - runs[P, 0]), 0
+        a0, a1 = runs.bounds[P, 0], runs.bounds[P, 1]
+        _direct(qs, qlo[Q], qhi[Q], atoms, a0, a1, runs.nodes[runs.start[P]:runs.start[P + 1]],
+                atree, sums)
+        return (qhi[Q] - qlo[Q]) * (a1 - a0), 0
     u = np.empty(3)
-    _cross_bounds(Q, P, qfr, qext, afr, aext, u)
-    ns, nt, maxd = _prepare(u, eps, alpha, lookup, nbr, lt)
-    sigma = _moments(y, w, alo[P], ahi[P], acen[P], afr[P], qcen[Q], alpha, nt, maxd, mom, pows)
-    _evaluate(qs, qlo[Q], qhi[Q], qcen[Q], acen[P], afr[P], alpha, ns, nbr, maxd, mom, sigma,
-              pows, scratch, T, S, A)
-    return 0, (qhi[Q] - qlo[Q] + ahi[P] - alo[P]) * nt
+    _cross_bounds(Q, P, qtree.frame, qtree.ext, atree.frame, atree.ext, u)
+    ns, nt, maxd = _prepare(u, eps, ws.alpha, ws.lookup, ws.nbr, lt)
+    sigma = _moments(atoms.y, atoms.w, atree.lo[P], atree.hi[P], atree.center[P],
+                     atree.frame[P], qtree.center[Q], ws.alpha, nt, maxd, ws.mom, ws.pows)
+    _evaluate(qs, qlo[Q], qhi[Q], qtree.center[Q], atree.center[P], atree.frame[P],
+              Expansion(ws.alpha, ns, ws.nbr, maxd, ws.mom, sigma), ws.pows, ws.scratch, sums)
+    return 0, (qhi[Q] - qlo[Q] + atree.hi[P] - atree.lo[P]) * nt
 
 
 @njit(parallel=True, cache=True)
-def _run_big(pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax, lwspread,
-             alo, ahi, acen, afr, aext, runs, run_start, run_nodes, eps, T, S, A):
+def _run_big(pairs, expand, qs, qtree, atoms, atree, runs, eps, sums):
     """Pairs whose query node is above the task cut, one after the other, each split into
     CHUNK-sized parallel pieces: atom chunks (their moments, combined with their shifts)
     and query blocks (disjoint rows of T, S, A)."""
+    qlo, qhi, qcen, qfr, qext = qtree.lo, qtree.hi, qtree.center, qtree.frame, qtree.ext
+    alo, ahi, acen, afr, aext = atree.lo, atree.hi, atree.center, atree.frame, atree.ext
+    y, w = atoms.y, atoms.w
     alpha = np.empty((MAX_TERMS, 3), np.int64)
     lookup = np.full((MAX_DEGREE + 2, MAX_DEGREE + 2, MAX_DEGREE + 2), -1, np.int32)
     nbr = np.empty((MAX_TERMS, 3), np.int64)
@@ -901,11 +940,11 @@ def _run_big(pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax
         q0, q1 = qlo[Q], qhi[Q]
         nqc = (q1 - q0 + CHUNK - 1) // CHUNK
         if not expand[p]:  # P is a run
-            a0, a1 = runs[P, 0], runs[P, 1]
-            nodes = run_nodes[run_start[P]:run_start[P + 1]]
+            a0, a1 = runs.bounds[P, 0], runs.bounds[P, 1]
+            nodes = runs.nodes[runs.start[P]:runs.start[P + 1]]
             for b in prange(nqc):
-                _direct(qs, q0 + b * CHUNK, min(q1, q0 + (b + 1) * CHUNK), yT, logw, a0, a1,
-                        nodes, acen, afr, aext, lwmax, lwspread, T, S, A)
+                _direct(qs, q0 + b * CHUNK, min(q1, q0 + (b + 1) * CHUNK), atoms, a0, a1,
+                        nodes, atree, sums)
             work[0] += (q1 - q0) * (a1 - a0)
             continue
         a0, a1 = alo[P], ahi[P]
@@ -928,15 +967,13 @@ def _run_big(pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax
             pows = np.empty((3, MAX_DEGREE + 2, BLOCK))
             scratch = np.empty(ns * BLOCK)
             _evaluate(qs, q0 + b * CHUNK, min(q1, q0 + (b + 1) * CHUNK), qcen[Q], acen[P],
-                      afr[P], alpha, ns, nbr, maxd, mom, sigma, pows, scratch, T, S, A)
+                      afr[P], Expansion(alpha, ns, nbr, maxd, mom, sigma), pows, scratch, sums)
         work[1] += (q1 - q0 + a1 - a0) * nt
     return work
 
 
 @njit(parallel=True, cache=True)
-def _run_small(nthreads, start, pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y, yT, w, logw, lwmax,
-               lwspread, alo, ahi, acen, afr, aext, runs, run_start, run_nodes, eps, T, S, A,
-               work):
+def _run_small(nthreads, start, pairs, expand, qs, qtree, atoms, atree, runs, eps, sums, work):
     """The other pairs, grouped by the query subtree (task) that holds their query node:
     tasks in parallel (their queries are disjoint), the pairs of a task serially."""
     ntask = start.shape[0] - 1
@@ -948,13 +985,12 @@ def _run_small(nthreads, start, pairs, expand, qs, qlo, qhi, qcen, qfr, qext, y,
         mom = np.empty(MAX_TERMS)
         pows = np.empty((3, MAX_DEGREE + 2, BLOCK))
         scratch = np.empty(MAX_TERMS * BLOCK)
+        ws = Workspace(alpha, lookup, nbr, mom, pows, scratch)
         for t in range(th, ntask, nth):
             acc0 = acc1 = 0
             for p in range(start[t], start[t + 1]):
-                w0, w1 = _pair(pairs[p, 0], pairs[p, 1], pairs[p, 2], expand[p], qs, qlo, qhi, qcen, qfr,
-                               qext, y, yT, w, logw, lwmax, lwspread, alo, ahi, acen, afr, aext,
-                               runs, run_start, run_nodes, eps, alpha, lookup, nbr, mom, pows,
-                               scratch, T, S, A)
+                w0, w1 = _pair(pairs[p, 0], pairs[p, 1], pairs[p, 2], expand[p], qs, qtree,
+                               atoms, atree, runs, eps, ws, sums)
                 acc0 += w0
                 acc1 += w1
             work[t, 0] = acc0
@@ -1036,8 +1072,9 @@ class FarField:
     array([[0., 0., 1.]])
     """
 
-    def __init__(self, points, weights):
+    def __init__(self, points, weights, options: FarFieldOptions | None = None):
         y, w = positive_atoms(points, weights, "far-field sums")
+        self.options = FarFieldOptions() if options is None else options
         self.d = y.shape[1]
         self.mass = float(w.sum())
         # the tree is built at the first sums(), beside the queries' tree where there are
@@ -1045,43 +1082,48 @@ class FarField:
         self._raw = (_as3(y), w)
         self._n = y.shape[0]
 
-    def _set_tree(self, tree):
+    def _set_tree(self, built):
         y3, w = self._raw
-        idx, self._lo, self._hi, self._child, self._cen, self._fr, self._ext = tree
-        self._y = np.ascontiguousarray(y3[idx])
-        self._w = np.ascontiguousarray(w[idx])
-        self._logw = np.log(self._w)
-        self._yT = np.ascontiguousarray(self._y.T)
-        self._logW = _node_logsum(self._lo, self._hi, self._child, self._logw)
-        self._leaves = int(np.count_nonzero(self._child < 0))
+        idx, self._tree = _split_tree(built)
+        y = np.ascontiguousarray(y3[idx])
+        w = np.ascontiguousarray(w[idx])
+        logw = np.log(w)
+        t = self._tree
+        self._atoms = Atoms(y, np.ascontiguousarray(y.T), w, logw,
+                            _node_logsum(t.lo, t.hi, t.child, logw), float(logw.max()),
+                            float(logw.max() - logw.min()))
+        self._leaves = int(np.count_nonzero(t.child < 0))
         self._raw = None
 
     def build(self) -> "FarField":
         """Build the atoms' tree now (:meth:`sums` does it when needed); returns self."""
         if self._raw is not None:
-            self._set_tree(_build(self._raw[0], LEAF_SIZE))
+            self._set_tree(_build(self._raw[0], self.options.leaf_size))
         return self
 
     def _trees(self, q3, threads):
-        """The queries' tree, and the atoms' tree if not built yet (side by side)."""
+        """The queries' tree (idx, Tree), and the atoms' tree if not built yet (side by
+        side)."""
+        leaf = self.options.leaf_size
         if self._raw is None or threads < 2:
             self.build()
-            return _build(q3, LEAF_SIZE)
-        atoms = _pool(threads).submit(_build, self._raw[0], LEAF_SIZE)
-        qtree = _build(q3, LEAF_SIZE)
+            return _split_tree(_build(q3, leaf))
+        atoms = _pool(threads).submit(_build, self._raw[0], leaf)
+        qtree = _build(q3, leaf)
         self._set_tree(atoms.result())
-        return qtree
+        return _split_tree(qtree)
 
     def _walk(self, qtree, qlam, qmax, tol, threads):
         """The pairs of :func:`_traverse`; with threads, the walks from query subtrees (about
-        WALKS_PER_THREAD per thread) side by side, their pairs concatenated."""
-        qlo, qhi, qchild, qcen, qfr, qext = qtree
-        args = (qlo, qhi, qchild, qcen, qfr, qext, qlam, qmax, self._lo, self._hi, self._child,
-                self._cen, self._fr, self._ext, self._logW,
-                math.log(0.5 * DROP_SHARE * tol / self.mass),
-                math.log(0.5 * DROP_SHARE * tol / self._leaves), EXPANSION_SHARE * tol, U_MAX,
-                COST_TERM, MAX_SET, LOOKAHEAD)
-        starts = [0] if threads < 2 else _query_cut(qlo, qhi, qchild, WALKS_PER_THREAD * threads)
+        ``walks_per_thread`` per thread) side by side, their pairs concatenated."""
+        o = self.options
+        wp = WalkParams(math.log(0.5 * o.drop_share * tol / self.mass),
+                        math.log(0.5 * o.drop_share * tol / self._leaves),
+                        o.expansion_share * tol, float(o.u_max), float(o.cost_term),
+                        int(o.max_set), bool(o.lookahead))
+        args = (qtree, qlam, qmax, self._tree, self._atoms.logW, wp)
+        starts = ([0] if threads < 2 else
+                  _query_cut(qtree.lo, qtree.hi, qtree.child, o.walks_per_thread * threads))
         if len(starts) == 1:
             return _traverse(*args)
         parts = list(_pool(threads).map(lambda Q: _traverse(*args, Q), starts))
@@ -1123,34 +1165,32 @@ class FarField:
             return np.zeros(m), np.zeros((m, self.d)), np.zeros(m), stats
         q3 = _as3(q)
         threads = get_num_threads()
-        qidx, qlo, qhi, qchild, qcen, qfr, qext = self._trees(q3, threads)
+        qidx, qtree = self._trees(q3, threads)
+        qlo, qhi, qchild = qtree.lo, qtree.hi, qtree.child
         qs = np.ascontiguousarray(q3[qidx])
         lam = np.empty(m)
-        _lower_bounds(qs, qlo, qhi, qchild, self._y, self._logw, float(self._logw.max()),
-                      self._lo, self._hi, self._child, self._cen, self._fr, self._ext,
-                      self._logW, LOWER_BOUND_VISITS, SHARED_BOUND_RADIUS, lam)
+        o = self.options
+        _lower_bounds(qs, qtree, self._atoms, self._tree, int(o.lower_bound_visits),
+                      float(o.shared_bound_radius), lam)
         qlam = _node_min(qlo, qhi, qchild, lam)
         qmax = _node_max_norm(qlo, qhi, qchild, qs)
-        exp_pairs, dir_pairs, dropped = self._walk((qlo, qhi, qchild, qcen, qfr, qext), qlam,
-                                                   qmax, tol, threads)
-        run_q, run_lo, run_hi, run_start, run_nodes = _runs(dir_pairs, self._lo, self._hi)
-        runs = np.stack((run_lo, run_hi), axis=1)
+        exp_pairs, dir_pairs, dropped = self._walk(qtree, qlam, qmax, tol, threads)
+        run_q, run_lo, run_hi, run_start, run_nodes = _runs(dir_pairs, self._tree.lo,
+                                                            self._tree.hi)
+        runs = Runs(np.stack((run_lo, run_hi), axis=1), run_start, run_nodes)
         # a direct entry is (query node, run, 0)
         direct = np.stack((run_q, np.arange(run_q.size), np.zeros(run_q.size, np.int64)),
                           axis=1)
         pairs = np.concatenate((exp_pairs, direct))
         expand = np.zeros(pairs.shape[0], dtype=np.bool_)
         expand[:exp_pairs.shape[0]] = True
-        task = _tasks(qlo, qhi, qchild, CHUNK)[pairs[:, 0]]
+        task = _tasks(qlo, qhi, qchild, compiled_sizes().chunk)[pairs[:, 0]]
         big = task < 0
         T = np.full(m, -np.inf)
         S = np.zeros(m)
         A = np.zeros((m, 3))
-        eps = EXPANSION_SHARE * tol
-        lw = self._logw
-        common = (qs, qlo, qhi, qcen, qfr, qext, self._y, self._yT, self._w, lw,
-                  float(lw.max()), float(lw.max() - lw.min()), self._lo, self._hi, self._cen,
-                  self._fr, self._ext, runs, run_start, run_nodes, eps, T, S, A)
+        eps = o.expansion_share * tol
+        common = (qs, qtree, self._atoms, self._tree, runs, eps, Sums(T, S, A))
         work = _run_big(pairs[big], expand[big], *common)
         order = np.argsort(task[~big], kind="stable")
         small, small_expand, small_task = pairs[~big][order], expand[~big][order], task[~big][order]

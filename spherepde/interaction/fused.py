@@ -33,6 +33,8 @@ which is what makes this kernel an order of magnitude faster than a dense numpy 
 """
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange
@@ -44,8 +46,10 @@ from .numerics import check_usa_overflow, log_weights
 
 __all__ = ["attention_numba", "log_partition_numba", "TILE"]
 
-#: Keys per tile of the online-softmax path: the tile's logits (8 KiB) stay in L1.
-TILE = 1024
+#: Keys per tile of the online-softmax path: the tile's logits (8 KiB) stay in L1. A
+#: compile-time constant (read as a global by the @njit(cache=True) kernels, so frozen into
+#: their cache): Final, and read by the compiled code only.
+TILE: Final = 1024
 #: Queries per parallel task.
 QUERY_BLOCK = 32
 #: When beta·|x|·max|k| and the log-weights confine all logits of a query to an interval of

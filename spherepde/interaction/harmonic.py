@@ -73,7 +73,7 @@ floor over its own G whatever tol is: tol moves L, not the bound. Every evaluati
 therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points`
 computes the queries whose bound exceeds the accuracy asked of it (``velocity_tol``; by
 default ``FALLBACK_FACTOR * tol``) another way: a few (at
-most :data:`DIRECT_FALLBACK_MAX`) by full sums over the atoms
+most ``direct_fallback_max`` of :class:`~spherepde.interaction.options.HarmonicTuning`) by full sums over the atoms
 (:func:`spherepde.interaction.caps.full_sums`), more by the dual-tree far-field expansion of
 :mod:`spherepde.interaction.farfield`. Late in a low-temperature run nearly every query falls
 back (the tokens have gathered and n(x) looks away from them); the queries are then clustered
@@ -82,8 +82,9 @@ short Taylor series in the cross term :math:`\langle\delta q, \delta y\rangle` o
 bound is a priori: the expansions and the atoms they drop change s and a by at most
 0.45 tol of s each, so the SA output is off by at most :math:`\|V\|_2\,\mathrm{tol}` (USA:
 tol of the query's own :math:`\|V\|_2\,s`), the guarantee the exact cap sums of
-:mod:`spherepde.interaction.caps` gave. ``HarmonicField.stats`` keeps the number of fallback
-queries and ``fallback_work``: the exact terms plus the expansions' terms summed for them.
+:mod:`spherepde.interaction.caps` gave. :meth:`HarmonicField.evaluate` returns, with the
+output, the number of fallback queries and ``fallback_work``: the exact terms plus the
+expansions' terms summed for them.
 
 Cell averages (for a finite-volume solver)
 ------------------------------------------
@@ -108,32 +109,18 @@ from ..sphere import orthogonal_factor
 from ..transforms.sht import ducc0_locations as _loc
 from ..transforms.fourier import fft2
 from ..transforms.sht import fft_size, lm_arrays
-from . import register_kernel
+from . import Kernel, register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
 from .numerics import LOG_FLOAT_MAX, usa_overflow_error
+from .options import DEFAULT_TOL, FALLBACK_FACTOR, HarmonicOptions, HarmonicTuning
 
-__all__ = ["HarmonicField", "PlannedField", "Moments", "attention_harmonic", "field_for", "harmonic_is_faster",
+__all__ = ["HarmonicField", "PlannedField", "Moments", "HarmonicKernel", "field_for",
            "DEFAULT_TOL", "FALLBACK_FACTOR", "check_velocity_tol"]
-
-#: Default truncation tolerance: E(L) <= tol · mean of G (module docstring).
-DEFAULT_TOL = 1e-12
-#: Queries whose error bound exceeds FALLBACK_FACTOR · tol are computed directly.
-FALLBACK_FACTOR = 100.0
-#: Up to this many fallback queries are summed over all atoms, unsorted
-#: (:func:`spherepde.interaction.caps.full_sums`, ~1-2 ns per atom and query); more go through
-#: the far-field expansion, whose two trees cost ~1 us per atom and query to build.
-DIRECT_FALLBACK_MAX = 128
 #: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
 NUFFT_EPS_MIN = 2.1e-13
-#: The transforms' accuracy, as a fraction of the field's ``tol`` (at least NUFFT_EPS_MIN):
-#: their error then adds at most ~4 NUFFT_EPS_FRACTION · tol relative to the field
-#: (:meth:`HarmonicField._numerical_error`), and a looser tol buys narrower NUFFT kernels.
-NUFFT_EPS_FRACTION = 0.1
 #: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
 #: 0.42: 100-150 bytes for a spin-1 synthesis at L = 512..2048), with room for our arrays.
 BYTES_PER_DEGREE2 = 256.0
-#: On S^1 with N·(K+1) below this, the moments and fields are exact sums (no NUFFT).
-S1_EXACT_MAX = 1 << 18
 #: The largest number of Chebyshev terms in kappa for a general B.
 MAX_CHEBYSHEV_TERMS = 256
 
@@ -263,6 +250,8 @@ class HarmonicField:
         Bytes the transforms may use (default: half of the physical memory).
     nthreads : int, optional
         Threads of the ducc0 transforms (default: the CPUs this process may use).
+    tuning : HarmonicTuning, optional
+        Work trade-offs (fallback by full sums, NUFFT accuracy, exact S^1 sums).
 
     Attributes
     ----------
@@ -274,10 +263,6 @@ class HarmonicField:
         Chebyshev terms in kappa (1 when B = c·O).
     error_level : float
         E(L) plus the Chebyshev truncation, per unit mass, in the units of the scaled G.
-    stats : dict
-        ``queries``, ``fallback`` (queries computed by the far-field fallback) and
-        ``fallback_work`` (the exact terms plus the expansion terms summed for them) of
-        :meth:`attention_of_points`, cumulative.
 
     Examples
     --------
@@ -294,7 +279,8 @@ class HarmonicField:
     """
 
     def __init__(self, B, V, beta: float, normalized: bool = True, *, tol: float = DEFAULT_TOL,
-                 max_memory: float | None = None, nthreads: int | None = None):
+                 max_memory: float | None = None, nthreads: int | None = None,
+                 tuning: HarmonicTuning | None = None):
         B = np.asarray(B, dtype=np.float64)
         V = np.asarray(V, dtype=np.float64)
         if B.ndim != 2 or B.shape[0] != B.shape[1] or B.shape[0] not in (2, 3):
@@ -310,6 +296,7 @@ class HarmonicField:
         if not (NUFFT_EPS_MIN <= tol < 1):
             raise ValueError(f"tol must lie in [{NUFFT_EPS_MIN:g}, 1); got {tol}")
         self.d = B.shape[0]
+        self.tuning = HarmonicTuning() if tuning is None else tuning
         self.B, self.V, self.beta, self.normalized, self.tol = B, V, beta, bool(normalized), tol
         self.nthreads = _default_threads() if nthreads is None else int(nthreads)
         sv = np.linalg.svd(B, compute_uv=False)
@@ -322,7 +309,7 @@ class HarmonicField:
         self.norm_V = float(np.linalg.norm(V, 2))
         self.max_memory = 0.5 * _physical_memory() if max_memory is None else float(max_memory)
         # the transforms need not be more accurate than the truncation they serve
-        self.nufft_eps = max(NUFFT_EPS_MIN, NUFFT_EPS_FRACTION * tol)
+        self.nufft_eps = max(NUFFT_EPS_MIN, self.tuning.nufft_eps_fraction * tol)
         self.degree = self._choose_degree()
         self._coef = self._kappa_expansion()
         self.n_terms = self._coef.shape[0]
@@ -330,7 +317,6 @@ class HarmonicField:
             self._l, self._m = lm_arrays(self.degree)
             self._sqrt_llp1 = np.sqrt(self._l * (self._l + 1.0))
         self.error_level = self._error_level()
-        self.stats = {"queries": 0, "fallback": 0, "fallback_work": 0}
 
     @classmethod
     def from_model(cls, model, **kw) -> "HarmonicField":
@@ -500,7 +486,7 @@ class HarmonicField:
                 nthreads=self.nthreads)[0]
             return Moments(3, L, a, mass)
         theta = np.arctan2(y[:, 1], y[:, 0])
-        if n * (L + 1) <= S1_EXACT_MAX:
+        if n * (L + 1) <= self.tuning.s1_exact_max:
             rho = np.exp(-1j * np.outer(np.arange(L + 1), theta)) @ w
         else:
             import ducc0
@@ -644,7 +630,7 @@ class HarmonicField:
         u = np.arctan2(nx[:, 1], nx[:, 0])
         ks = np.arange(-K, K + 1)
         inside = np.abs(ks)
-        if u.size * ks.size <= S1_EXACT_MAX:
+        if u.size * ks.size <= self.tuning.s1_exact_max:
             basis = np.exp(1j * np.outer(ks, u))  # (2K + 1, m), shared by every term
 
             def at_points(c):
@@ -737,19 +723,30 @@ class HarmonicField:
 
     def attention_of_points(self, x, points, weights=None, *,
                             velocity_tol: float | None = None) -> np.ndarray:
-        r"""Attention output at x (m, d) of the measure :math:`\sum_j w_j\delta_{y_j}`.
+        """The output of :meth:`evaluate` without its statistics, (m, d)."""
+        return self.evaluate(x, points, weights, velocity_tol=velocity_tol)[0]
+
+    def evaluate(self, x, points, weights=None, *, velocity_tol: float | None = None):
+        r"""Attention output at x (m, d) of the measure :math:`\sum_j w_j\delta_{y_j}`, and
+        the statistics of this evaluation.
 
         Every row is accurate to ``velocity_tol`` relative to :math:`\|V\|_2` (SA; USA:
         relative to the query's own scale). Queries whose error bound exceeds it are computed
         by :meth:`exact_at` (the far-field expansion of :mod:`spherepde.interaction.farfield`
-        at tol = ``velocity_tol``; at most :data:`DIRECT_FALLBACK_MAX` of them by full sums
+        at tol = ``velocity_tol``; at most ``tuning.direct_fallback_max`` of them by full sums
         over the atoms). None (default): ``FALLBACK_FACTOR * tol`` (1e-10 at the default tol)
         for the harmonic rows, the field's ``tol`` for the far field. A caller that needs
         less (a particle solver stepping at rtol 1e-5) passes its own level: on a concentrated
         cloud the bound is the transforms' error floor over the little kernel mass a query
         sees, so ``velocity_tol`` and not ``tol`` decides how many queries fall back (module
-        docstring). Weights must be non-negative (as for every kernel). ``stats`` counts the
-        ``queries``, the ``fallback`` queries and the ``fallback_work`` spent on them.
+        docstring). Weights must be non-negative (as for every kernel).
+
+        Returns
+        -------
+        att : (m, d)
+        stats : dict
+            ``queries``, ``fallback`` (queries computed by the far-field fallback) and
+            ``fallback_work`` (the exact terms plus the expansion terms summed for them).
         """
         x = np.asarray(x, dtype=np.float64)
         points = np.asarray(points, dtype=np.float64)
@@ -760,21 +757,22 @@ class HarmonicField:
         mom = self.moments(points, weights)
         att, bound = self.attention(x, mom, return_bound=True)
         bad = np.nonzero(~(bound <= threshold))[0]
-        self.stats["queries"] += int(x.shape[0])
         w = (np.full(points.shape[0], 1.0 / points.shape[0]) if weights is None
              else np.asarray(weights, dtype=np.float64))
-        return self.exact_at(att, bad, x, points, w, far_tol)
+        work = self.exact_at(att, bad, x, points, w, far_tol)
+        return att, {"queries": int(x.shape[0]), "fallback": int(bad.size),
+                     "fallback_work": work}
 
     def exact_at(self, att, bad, x, points, weights, tol):
         r"""Replaces the rows ``bad`` of ``att`` (the output at x: (m, d)) by the sums of
         :class:`spherepde.interaction.farfield.FarField` (a few, at most
-        :data:`DIRECT_FALLBACK_MAX`, by full sums over all atoms), accurate to
+        ``tuning.direct_fallback_max``, by full sums over all atoms), accurate to
         :math:`\|V\|_2\,\mathrm{tol}` (SA; USA relative to the query's own scale) for the
-        measure :math:`\sum_j w_j\delta_{y_j}`, w >= 0; counts them in ``stats``; returns att."""
+        measure :math:`\sum_j w_j\delta_{y_j}`, w >= 0, in place; returns the work spent (exact
+        terms plus expansion terms)."""
         bad = np.asarray(bad)
         if bad.size == 0:
-            return att
-        self.stats["fallback"] += int(bad.size)
+            return 0
         w = weights
         tol = float(tol)
         from .caps import full_sums
@@ -784,12 +782,12 @@ class HarmonicField:
         nx = np.empty_like(xb)
         kappa = np.empty(bad.size)
         _directions(xb, self.B, self.beta, nx, kappa)
-        if bad.size <= DIRECT_FALLBACK_MAX:
+        if bad.size <= self.tuning.direct_fallback_max:
             s, a, shift = full_sums(points, w, nx, kappa)
-            self.stats["fallback_work"] += int(bad.size) * points.shape[0]
+            work = int(bad.size) * points.shape[0]
         else:
             s, a, shift, st = FarField(points, w).sums(kappa[:, None] * nx, tol)
-            self.stats["fallback_work"] += st["direct_terms"] + st["expansion_terms"]
+            work = int(st["direct_terms"] + st["expansion_terms"])
         if self.normalized:
             att[bad] = (a / s[:, None]) @ self.V.T
         else:
@@ -800,7 +798,7 @@ class HarmonicField:
             # e^shift V a, with e^shift in two factors as in _output
             _output(a, self.V, s, shift, False, out)
             att[bad] = out
-        return att
+        return work
 
     def __repr__(self) -> str:
         kind = "SA" if self.normalized else "USA"
@@ -959,81 +957,43 @@ class PlannedField:
         return Moments(3, self.field.degree, a / M, float(np.abs(w).sum()))
 
 
-#: Cost model of ``kernel="auto"``: the harmonic right-hand side costs about
-#: (L + 1)^2 log2(L + 2) + (m + n) + :data:`AUTO_FIXED_UNITS` work units against m·n pairs
-#: for the fused kernel (which runs every beta at the same speed per pair). The two constants
-#: put the crossover where ``benchmarks/harmonic.py --crossover`` measured it (2-core
-#: machine, shared, one run): N ~ 1530, 1710, 2850, 5830 at beta = 16, 64, 256, 1000; the
-#: model gives 1270, 1680, 2940, 5910.
-AUTO_PAIRS_PER_UNIT = 58.0
-#: The harmonic kernel's fixed cost (planning, ~2 ms), in the units above.
-AUTO_FIXED_UNITS = 2.0e4
-
-
-def estimated_degree(kappa: float, tol: float = DEFAULT_TOL) -> int:
-    """The degree L that :class:`HarmonicField` picks at kappa, to within a few (from the
-    Gaussian decay of the multipliers), without computing them."""
-    kappa = max(float(kappa), 0.0)
-    return max(1, int(math.sqrt(2.0 * kappa * (math.log(1.0 / tol) + math.log(2.0 * kappa + 2.0)))))
-
-
-def harmonic_is_faster(m: int, n: int, kappa: float) -> bool:
-    """Whether the harmonic kernel beats the fused direct kernel for m queries and n atoms at
-    kappa = beta·|B|_2, by the measured cost model :data:`AUTO_PAIRS_PER_UNIT`."""
-    L = estimated_degree(kappa)
-    units = (L + 1) ** 2 * math.log2(L + 2) + (m + n) + AUTO_FIXED_UNITS
-    return m * n >= AUTO_PAIRS_PER_UNIT * units
-
-
 @functools.lru_cache(maxsize=16)
-def _cached_field(Bb: bytes, Vb: bytes, d: int, beta: float, normalized: bool, tol: float):
+def _cached_field(Bb: bytes, Vb: bytes, d: int, beta: float, normalized: bool, tol: float,
+                  tuning: HarmonicTuning):
     B = np.frombuffer(Bb).reshape(d, d)
     V = np.frombuffer(Vb).reshape(d, d)
-    return HarmonicField(B, V, beta, normalized, tol=tol)
+    return HarmonicField(B, V, beta, normalized, tol=tol, tuning=tuning)
 
 
-def field_for(B, V, beta, normalized, tol=DEFAULT_TOL) -> HarmonicField:
-    """A (cached) :class:`HarmonicField`: the degree and the multipliers are computed once
-    per (B, V, beta, SA/USA, tol)."""
+def field_for(B, V, beta, normalized, tol=DEFAULT_TOL,
+              tuning: HarmonicTuning | None = None) -> HarmonicField:
+    """A cached :class:`HarmonicField`: the degree and the multipliers are computed once
+    per (B, V, beta, SA/USA, tol). Sharing is safe: a field is never changed after
+    construction (evaluations return their statistics)."""
     B = np.ascontiguousarray(B, dtype=np.float64)
     V = np.ascontiguousarray(V, dtype=np.float64)
     return _cached_field(B.tobytes(), V.tobytes(), B.shape[0], float(beta), bool(normalized),
-                         float(tol))
+                         float(tol), HarmonicTuning() if tuning is None else tuning)
 
 
-def attention_harmonic(x, keys, values, weights, beta: float, normalized: bool) -> np.ndarray:
-    r"""The harmonic kernel under the common kernel contract (x (m, d), keys (n, d), values
-    (n, d), weights (n,) -> (m, d)), for keys :math:`k_j = c\,u_j` of one common length c
-    (B = c·O) and values linear in the directions, :math:`v_j = M u_j` (as
-    :meth:`spherepde.Model.attention` builds them). A general B needs the measure's atoms
-    and B itself: use :meth:`spherepde.Model.velocity` with ``kernel="harmonic"`` or
-    :class:`HarmonicField`.
-    """
-    keys = np.asarray(keys, dtype=np.float64)
-    values = np.asarray(values, dtype=np.float64)
-    d = keys.shape[1]
-    r = np.linalg.norm(keys, axis=1)
-    c = float(r.max()) if r.size else 1.0
-    if r.size and (r.min() <= 0 or (c - r.min()) > 1e-12 * c):
-        raise ValueError("the harmonic kernel from keys and values needs keys of one common "
-                         f"length (B = c·orthogonal); their lengths span [{r.min():.3g}, {c:.3g}]. "
-                         "For a general B call Model.velocity(..., kernel='harmonic')")
-    u = keys / c
-    M, *_ = np.linalg.lstsq(u, values, rcond=None)  # values = u @ M
-    scale = float(np.abs(values).max(initial=0.0))
-    if np.abs(u @ M - values).max(initial=0.0) > 1e-12 * max(scale, 1e-300):
-        raise ValueError("the harmonic kernel needs values that are a linear map of the key "
-                         "directions (v_j = V B^-1 k_j); use kernel='numba' for general values")
-    field = field_for(c * np.eye(d), M.T, beta, normalized)
-    return field.attention_of_points(x, u, weights)
+class HarmonicKernel(Kernel):
+    """The harmonic kernel under the kernel contract: ``bind`` takes the model's B, V, beta
+    and SA/USA and the atoms; options are a :class:`HarmonicOptions`."""
+
+    name = "harmonic"
+
+    def bind(self, model, points, weights, options=None):
+        opts = HarmonicOptions() if options is None else options
+        if not isinstance(opts, HarmonicOptions):
+            raise TypeError(f"the harmonic kernel takes HarmonicOptions; got {type(opts).__name__}")
+        field = field_for(model.B, model.V, model.beta, model.normalized, opts.tol, opts.tuning)
+        vt = opts.velocity_tol
+
+        def evaluate(x):
+            return field.evaluate(x, points, weights, velocity_tol=vt)
+
+        evaluate.field = field  # the degree L, for a solver's repr and settings
+        return evaluate
 
 
-def _of_model(model):
-    """attention(x, points, weights) of a :class:`spherepde.Model` through its (cached)
-    field: the general-B path, which needs B and the atoms rather than keys and values."""
-    return field_for(model.B, model.V, model.beta, model.normalized).attention_of_points
-
-
-#: Model.attention hands kernels with this attribute the measure and the model itself
-attention_harmonic.of_model = _of_model
-register_kernel("harmonic", attention_harmonic)
+register_kernel("harmonic", HarmonicKernel())

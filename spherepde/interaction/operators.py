@@ -34,6 +34,7 @@ import math
 import numba
 import numpy as np
 
+from ..registry import Registry
 from ..sphere import orthogonal_factor
 from . import attention as kernel_attention
 from .energy import energy_from_partition, quadrature_partition
@@ -44,7 +45,7 @@ from .zero_temperature import zero_temperature_attention
 
 __all__ = ["VelocityOperator", "FunkHeckeS2", "FunkHeckeS1", "DirectQuadrature",
            "ChebyshevFunkHecke", "ZeroTemperature", "choose_operator", "check_zero_temperature",
-           "OPERATOR_NAMES"]
+           "OPERATOR_NAMES", "AUTO_OPERATORS", "operator_registry"]
 
 #: The names a solver's ``path=`` accepts (besides "auto").
 OPERATOR_NAMES = ("funk_hecke", "direct", "chebyshev", "zero_temperature")
@@ -312,13 +313,34 @@ def check_zero_temperature(model, path: str) -> None:
                          "apply")
 
 
+def operator_registry(kind: str, builders: dict) -> Registry:
+    """A solver's velocity operators as a :class:`~spherepde.registry.Registry`: name ->
+    builder (the solver's own signature), in the order given."""
+    reg = Registry(kind)
+    for name, build in builders.items():
+        reg.register(name, build)
+    return reg
+
+
+#: ``path="auto"`` takes the first of these (name, applies(model, fac)) that the solver
+#: implements; fac is the (c, O) of B = c·O, or None. Order is preference.
+AUTO_OPERATORS = (
+    ("zero_temperature", lambda model, fac: model.zero_temperature),
+    ("funk_hecke", lambda model, fac: fac is not None),
+    ("direct", lambda model, fac: True),
+)
+
+
 def choose_operator(model, path: str, d: int, available=OPERATOR_NAMES):
     """Check the requested field computation ``path`` for ``model`` on S^{d-1} and resolve
     "auto"; returns (name, (c, O) or None).
 
-    "auto" takes the zero-temperature field at beta = inf, Funk–Hecke when B = c·O and direct
-    quadrature otherwise. ``available``: the names this discretisation implements.
+    "auto" takes the first entry of :data:`AUTO_OPERATORS` that applies and that the solver
+    implements: the zero-temperature field at beta = inf, Funk–Hecke when B = c·O and direct
+    quadrature otherwise. ``available``: the solver's operators (a Registry, or a sequence of
+    names).
     """
+    names = available.names() if isinstance(available, Registry) else tuple(available)
     if model.d != d:
         raise ValueError(f"this solver works on S^{d - 1} (d = {d}); the model has d = {model.d}")
     if model.zero_temperature:
@@ -326,11 +348,12 @@ def choose_operator(model, path: str, d: int, available=OPERATOR_NAMES):
         return "zero_temperature", None
     fac = orthogonal_factor(model.B)
     if path == "auto":
-        path = "funk_hecke" if fac is not None and "funk_hecke" in available else "direct"
+        path = next(name for name, applies in AUTO_OPERATORS
+                    if name in names and applies(model, fac))
     if path == "funk_hecke" and fac is None:
         raise ValueError("the Funk–Hecke path needs B = Q^T K = c·O with O orthogonal; use "
                          "path='direct' for a general B")
-    finite = [p for p in available if p != "zero_temperature"]
+    finite = [p for p in names if p != "zero_temperature"]
     if path not in finite:
         raise ValueError(f"unknown velocity path {path!r}; choose 'auto', "
                          + ", ".join(repr(p) for p in finite)

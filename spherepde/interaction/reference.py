@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numerics import LOG_FLOAT_MAX, usa_overflow_error  # noqa: F401  (the old home)
 from .numerics import check_usa_overflow, log_weights
 
 
