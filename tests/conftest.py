@@ -6,6 +6,11 @@ import pytest
 import spherepde as sp
 from spherepde.sphere import random_rotation
 
+# scripts/setup.sh compiles the numba kernels into numba's on-disk cache for the CPU features
+# that use_wide_vectors() picks; ask for the same ones before anything compiles, so that the
+# tests load that cache instead of compiling everything again.
+sp.use_wide_vectors()
+
 
 @pytest.fixture(scope="session")
 def sphere_points():

@@ -182,6 +182,10 @@ def _info(args) -> int:
 
 
 def main(argv=None) -> int:
+    from .._numba_target import use_wide_vectors
+
+    # the warm-up compiled numba's cache for these CPU features: load it rather than recompile
+    use_wide_vectors()
     args = build_parser().parse_args(argv)
     return args.handler(args)
 

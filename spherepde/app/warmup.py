@@ -57,7 +57,7 @@ def warm_up() -> float:
 
 
 if __name__ == "__main__":
-    from .. import use_wide_vectors
+    from .._numba_target import use_wide_vectors
 
     use_wide_vectors()
     print(f"spherepde: numba kernels compiled (or loaded) in {warm_up():.0f} s")
