@@ -34,6 +34,7 @@ KERNELS.register("numpy", attention_numpy)
 KERNELS.register_module("numba", f"{__name__}.fused")
 KERNELS.register_module("torch", f"{__name__}.torch_backend")
 KERNELS.register_module("harmonic", f"{__name__}.harmonic")
+KERNELS.register_module("tiled", f"{__name__}.tiled")
 
 #: ``kernel="auto"`` takes numba from m·n >= this many query-key pairs (numpy below: no
 #: thread start-up for tiny problems). Measured on the 2-core machine (benchmarks/particles.py
