@@ -80,6 +80,11 @@ def resolve_kernel(kernel: str, m: int, n: int, *, kappa: float | None = None,
 
         if harmonic_is_faster(m, n, kappa):
             return "harmonic"
+    if d is not None and m * n >= AUTO_NUMBA_SIZE and KERNELS.installed("tiled"):
+        from .tiled import tiled_is_faster
+
+        if tiled_is_faster(m, n, d):
+            return "tiled"
     return "numba" if m * n >= AUTO_NUMBA_SIZE else "numpy"
 
 
@@ -107,5 +112,5 @@ def attention(x, keys, values, weights, beta: float, normalized: bool = True,
     (m, dv) array
     """
     kernel = renamed_keyword("kernel", kernel, "backend", backend, "auto")
-    name = resolve_kernel(kernel, x.shape[0], keys.shape[0])
+    name = resolve_kernel(kernel, x.shape[0], keys.shape[0], d=x.shape[1])
     return KERNELS.get(name)(x, keys, values, weights, beta, normalized)
