@@ -193,42 +193,44 @@ def sphere_cloud(n, d, seed=0):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def dgemm_peak(size=4000, repeat=3):
-    """flop/s of one size x size dgemm (numpy matmul, the BLAS's own threads), best of
-    ``repeat``: the machine's attainable BLAS peak in this run."""
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((size, size)), rng.standard_normal((size, size))
-    (t,) = interleaved([lambda: a @ b], repeat)
-    return 2.0 * size ** 3 / t
-
-
-def highd(n=10_000, dims=(16, 64, 512, 1024), beta=4.0, repeat=3, fused_max_d=512):
+def highd(n=10_000, dims=(16, 64, 512, 1024), beta=4.0, repeat=3, fused_max_d=512,
+          peak_size=3000):
     """Per-evaluation seconds of tiled (threads over query tiles, one-thread BLAS per tile),
-    tiled with one Python thread and the BLAS's threads, the fused numba kernel (up to
-    ``fused_max_d``: beyond it one evaluation takes minutes) and the plain numpy softmax."""
+    tiled with one Python thread and the BLAS's threads, the plain numpy softmax, the fused
+    numba kernel (up to ``fused_max_d``: beyond it one evaluation takes minutes), and a
+    ``peak_size``² dgemm interleaved with them (the BLAS peak under the same load)."""
     from spherepde.interaction.fused import attention_numba
     from spherepde.interaction.tiled import attention_tiled
 
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2, peak_size, peak_size))
     rows = []
     for d in dims:
         x = sphere_cloud(n, d)
         w = np.full(n, 1.0 / n)
-        fns = [lambda: attention_tiled(x, x, x, w, beta, True),
+        fns = [lambda: a @ b,
+               lambda: attention_tiled(x, x, x, w, beta, True),
                lambda: attention_tiled(x, x, x, w, beta, True, threads=1),
                lambda: plain_numpy(x, x, x, w, beta)]
+        # fused beyond d = 64 costs minutes per call: one call, in the last round
+        t_fused = np.nan
         if d <= fused_max_d:
             attention_numba(x[:64], x[:64], x[:64], w[:64], beta, True)  # compile
-            fns.append(lambda: attention_numba(x, x, x, w, beta, True))
-        times = interleaved(fns, repeat if d <= 64 else 1) + [np.nan] * (4 - len(fns))
+            if d <= 64:
+                fns.append(lambda: attention_numba(x, x, x, w, beta, True))
+            else:
+                (t_fused,) = interleaved([lambda: attention_numba(x, x, x, w, beta, True)], 1)
+        times = interleaved(fns, repeat) + [t_fused] * (5 - len(fns))
         err = float(np.abs(attention_tiled(x, x, x, w, beta, True)
                            - plain_numpy(x, x, x, w, beta)).max())
-        rows.append(dict(d=d, tiled=times[0], tiled_blas=times[1], numpy=times[2],
-                         fused=times[3], flops=2.0 * n * n * (2 * d), err=err))
+        rows.append(dict(d=d, peak=2.0 * peak_size ** 3 / times[0], tiled=times[1],
+                         tiled_blas=times[2], numpy=times[3], fused=times[4],
+                         flops=2.0 * n * n * (2 * d), err=err))
     return rows
 
 
-def tiled_crossover(dims=(3, 8, 16, 32, 64), sizes=(500, 1000, 2000, 8000), beta=4.0,
-                    repeat=3):
+def tiled_crossover(dims=(3, 4, 6, 8, 16, 32, 64), sizes=(500, 1000, 2000, 8000), beta=4.0,
+                    repeat=5):
     """fused / tiled time (> 1: tiled faster) per (N, d), N x N, interleaved."""
     from spherepde.interaction.fused import attention_numba
     from spherepde.interaction.tiled import attention_tiled
@@ -242,7 +244,7 @@ def tiled_crossover(dims=(3, 8, 16, 32, 64), sizes=(500, 1000, 2000, 8000), beta
             attention_numba(x[:64], x[:64], x[:64], w[:64], beta, True)
             t_f, t_t = interleaved([lambda: attention_numba(x, x, x, w, beta, True),
                                     lambda: attention_tiled(x, x, x, w, beta, True)],
-                                   repeat if n <= 2000 else 2)
+                                   repeat if n <= 2000 else 3)
             row.append(t_f / t_t)
         rows.append(row)
     return dims, rows
@@ -255,35 +257,36 @@ def report_highd(args):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _report import markdown_table, write
 
-    peak = dgemm_peak()
+    load = os.getloadavg()
     rows = highd(n=args.n_highd, repeat=args.repeat)
     dims, cross = tiled_crossover()
-    peak_after = dgemm_peak()
-    load = os.getloadavg()
+    load_after = os.getloadavg()
     table = markdown_table(
         ["d", "numpy / tiled", "fused / tiled", "numpy / tiled (BLAS threads)",
-         "tiled GFLOP/s", "fraction of dgemm peak", "max abs diff vs numpy"],
+         "dgemm peak GFLOP/s", "tiled GFLOP/s", "tiled / peak", "numpy / peak",
+         "max abs diff vs numpy"],
         [[r["d"], r["numpy"] / r["tiled"],
           "not run" if np.isnan(r["fused"]) else r["fused"] / r["tiled"],
-          r["numpy"] / r["tiled_blas"], r["flops"] / r["tiled"] / 1e9,
-          r["flops"] / r["tiled"] / peak, f"{r['err']:.1e}"] for r in rows])
+          r["numpy"] / r["tiled_blas"], r["peak"] / 1e9, r["flops"] / r["tiled"] / 1e9,
+          r["flops"] / r["tiled"] / r["peak"], r["flops"] / r["numpy"] / r["peak"],
+          f"{r['err']:.1e}"] for r in rows])
     cross_table = markdown_table(["N"] + [f"d = {d}" for d in dims], cross)
     body = f"""## High dimension: tiled BLAS kernel vs fused numba vs plain numpy
 
 N = {args.n_highd} tokens (queries = keys), beta = 4, SA, float64, uniform on S^(d-1),
 values = keys. numba threads: {numba.get_num_threads()}. The machine was shared with other
-processes (load average {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f} on {os.cpu_count()} cores):
-only ratios measured in this run (calls interleaved, best of {args.repeat} for d <= 64, one
-call beyond) are meaningful, not the absolute times.
+processes (1-minute load average {load[0]:.1f} before, {load_after[0]:.1f} after, on
+{os.cpu_count()} cores): only ratios measured in this run (calls interleaved, best of
+{args.repeat}; fused beyond d = 64 one call) are meaningful, not the absolute times.
 
 - *tiled*: threads over query tiles, each with a one-thread BLAS (the default);
   *tiled (BLAS threads)*: one thread of tiles calling the BLAS's own threads.
 - *plain numpy*: the ten-line chunked softmax (1024 queries × all keys, matmul, max shift,
   exp, matmul), with the BLAS's own threads.
-- BLAS peak: a 4000 × 4000 dgemm (numpy matmul, {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}
-  BLAS threads) in this run: {peak / 1e9:.1f} GFLOP/s before, {peak_after / 1e9:.1f} GFLOP/s
-  after the timings; the fraction uses the first. The tiled kernel's flops are its two matrix
-  products, 4·N²·d (the exponentials are not counted).
+- BLAS peak: a 3000 × 3000 dgemm (numpy matmul, OPENBLAS_NUM_THREADS =
+  {os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}), interleaved with the kernels of each
+  row, best of the same rounds: the peak attainable under the same load. The kernels' flops
+  are their two matrix products, 4·N²·d (the exponentials are not counted).
 - fused is not run at d = 1024 (one evaluation takes minutes).
 
 {table}

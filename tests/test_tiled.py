@@ -56,8 +56,8 @@ def tolerance(x, keys, values, w, beta, normalized):
 @pytest.mark.parametrize("normalized", [True, False])
 @pytest.mark.parametrize("beta", [0.0, 4.0, 1000.0])
 def test_tiled_matches_reference_and_fused(d, normalized, beta):
-    # 300 queries and 2500 keys: three query tiles of 128 (the last partial) and two key tiles
-    # of 2048 (the last partial); 200 zero-weight atoms
+    # 300 queries and 2500 keys: the last query and key tiles partial (128 x 2048 tiles, and
+    # 256 x 1024 at d = 512); 200 zero-weight atoms
     x, keys, values, w = random_problem(d, 2500, 300, seed=d, dead=200)
     if not normalized and beta > 10:
         # USA's e^{beta <x, k>} must stay inside float64: beta max|k| = 350
