@@ -250,6 +250,24 @@ def tiled_crossover(dims=(3, 4, 6, 8, 16, 32, 64), sizes=(500, 1000, 2000, 8000)
     return dims, rows
 
 
+_CROSSOVER_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import particles
+print(json.dumps(particles.tiled_crossover()))
+"""
+
+
+def tiled_crossover_one_thread():
+    """:func:`tiled_crossover` in a fresh process with one numba and one BLAS thread."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", _CROSSOVER_CHILD,
+                          os.path.dirname(os.path.abspath(__file__))],
+                         capture_output=True, text=True, check=True, env=env)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def report_highd(args):
     """Run ``--highd`` and write docs/benchmarks/particles.md."""
     import numba
@@ -260,6 +278,7 @@ def report_highd(args):
     load = os.getloadavg()
     rows = highd(n=args.n_highd, repeat=args.repeat)
     dims, cross = tiled_crossover()
+    _, cross1 = tiled_crossover_one_thread()
     load_after = os.getloadavg()
     table = markdown_table(
         ["d", "numpy / tiled", "fused / tiled", "numpy / tiled (BLAS threads)",
@@ -271,6 +290,7 @@ def report_highd(args):
           r["flops"] / r["tiled"] / r["peak"], r["flops"] / r["numpy"] / r["peak"],
           f"{r['err']:.1e}"] for r in rows])
     cross_table = markdown_table(["N"] + [f"d = {d}" for d in dims], cross)
+    cross1_table = markdown_table(["N"] + [f"d = {d}" for d in dims], cross1)
     body = f"""## High dimension: tiled BLAS kernel vs fused numba vs plain numpy
 
 N = {args.n_highd} tokens (queries = keys), beta = 4, SA, float64, uniform on S^(d-1),
@@ -293,7 +313,13 @@ processes (1-minute load average {load[0]:.1f} before, {load_after[0]:.1f} after
 
 ### Crossover: fused numba time / tiled time (> 1: tiled is faster), N × N, beta = 4
 
+Interleaved, best of 5 (N <= 2000) or 3. With {numba.get_num_threads()} threads:
+
 {cross_table}
+
+With one thread (numba and BLAS), in a fresh process:
+
+{cross1_table}
 """
     print(body)
     path = write("particles", "Particle interaction kernels in high dimension", body)

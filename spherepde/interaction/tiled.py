@@ -71,8 +71,8 @@ from . import register_kernel
 from .fused import FIXED_SHIFT_SPREAD, _exp_nonpositive
 from .numerics import check_usa_overflow, log_weights
 
-__all__ = ["attention_tiled", "tiled_is_faster", "QUERY_TILE", "KEY_TILE", "TILED_MIN_DIM",
-           "TILED_MIN_PAIRS"]
+__all__ = ["attention_tiled", "tiled_is_faster", "QUERY_TILE", "KEY_TILE", "WIDE_DIM",
+           "TILED_MIN_DIM"]
 
 #: Queries per tile (rows of one logit tile), below :data:`WIDE_DIM`.
 QUERY_TILE = 128
@@ -83,9 +83,7 @@ KEY_TILE = 2048
 #: traffic, so taller query tiles halve it (measured 1.1-1.2x at d = 1024, N = 4000-6000).
 WIDE_DIM = 512
 #: ``kernel="auto"`` takes the tiled kernel from this dimension on (see the module docstring).
-TILED_MIN_DIM = 16
-#: ... and from this many query-key pairs (below, the fused kernel's lower start-up wins).
-TILED_MIN_PAIRS = 1 << 20
+TILED_MIN_DIM = 8
 
 # Reductions may be reordered (SIMD); this changes the result by round-off only.
 _REDUCE = {"contract", "reassoc", "nsz", "nnan"}
@@ -268,8 +266,10 @@ def attention_tiled(x, keys, values, weights, beta: float, normalized: bool, *,
 
 def tiled_is_faster(m: int, n: int, d: int) -> bool:
     """Whether ``kernel="auto"`` takes the tiled kernel over the fused one for m queries,
-    n keys in dimension d (the measured rule of the module docstring)."""
-    return d >= TILED_MIN_DIM and m * n >= TILED_MIN_PAIRS
+    n keys in dimension d (the measured rule of the module docstring: d alone decides from
+    m·n = 256² on; below :data:`spherepde.interaction.AUTO_NUMBA_SIZE` pairs "auto" takes
+    numpy anyway)."""
+    return d >= TILED_MIN_DIM
 
 
 register_kernel("tiled", attention_tiled)
