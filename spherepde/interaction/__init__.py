@@ -103,8 +103,9 @@ def attention(x, keys, values, weights, beta: float, normalized: bool = True,
     keys : (n, d), values : (n, dv), weights : (n,) non-negative
     beta : float, finite
     normalized : SA (True) or USA (False)
-    kernel : name in :data:`KERNELS`, or "auto" (the fused numba kernel from
-        m·n >= :data:`AUTO_NUMBA_SIZE`, numpy below)
+    kernel : name in :data:`KERNELS`, or "auto" (from m·n >= :data:`AUTO_NUMBA_SIZE` the
+        tiled BLAS kernel where :func:`spherepde.interaction.tiled.tiled_is_faster`, i.e.
+        d >= 16, else the fused numba kernel; numpy below)
     backend : the old name of ``kernel`` (deprecated)
 
     Returns

@@ -40,21 +40,31 @@ is beyond float64, and :func:`~spherepde.interaction.numerics.check_usa_overflow
 log-partition :math:`m_i + \log s_i` before that.
 
 Parallelism: query tiles are shared among ``numba.get_num_threads()`` Python threads; the
-dgemm calls and the numba pass release the GIL. With the BLAS itself single-threaded this beats
-one thread of tiles calling a two-thread BLAS (measured: benchmarks/particles.py
-``--highd``), because the exponential pass, a third of the time at d = 64, then also runs
-on both cores.
+dgemm calls and the numba pass release the GIL, and each thread's BLAS is made single-threaded
+(:data:`_SET_LOCAL_BLAS_THREADS`). Against one thread of tiles calling a two-thread BLAS the
+two measured within the machine's noise (numpy/tiled 10.7 against 5.9 at d = 16, 3.8 against
+5.2 at d = 64, 1.40 against 1.67 at d = 512, 1.03 against 1.08 at d = 1024, N = 10^4, one
+loaded run); threads over tiles are kept because the exponential pass then runs on every core
+too, and the result does not depend on how the BLAS was configured.
 
-When ``kernel="auto"`` takes it (:func:`tiled_is_faster`), measured against the fused numba
-kernel on this machine (2 cores, loaded, beta = 4, same run; fused/tiled time, > 1 means
-tiled is faster)::
+Cost model for ``kernel="auto"`` (:func:`tiled_is_faster`): **tiled when d >= 16**
+(:data:`TILED_MIN_DIM`) and m·n >= :data:`spherepde.interaction.AUTO_NUMBA_SIZE`, the fused
+kernel below. Measured on the 2-core machine (8 processes sharing it, load average 5), fused
+time / tiled time, beta = 4, N × N, interleaved (benchmarks/particles.py ``--highd``,
+docs/benchmarks/particles.md)::
 
-    d        3     8     16    32    64
-    N=2000   see TILED_MIN_DIM
-    N=8000   see TILED_MIN_DIM
+    threads  N      d=3   d=4   d=6   d=8   d=16  d=32  d=64
+    1        2000   0.75  0.81  0.94  1.48  1.91  1.95  3.81
+    1        8000   0.38  1.25  0.45  1.05  2.36  4.96  7.27
+    2        2000   0.31  0.43  0.37  0.52  1.04  1.57  5.88
+    2        8000   0.64  0.72  0.80  1.00  1.90  4.45  7.39
 
-The rule: tiled when d >= :data:`TILED_MIN_DIM` and the problem has at least
-:data:`TILED_MIN_PAIRS` query-key pairs.
+From d = 16 the tiled kernel is faster at both thread counts from N = 2000 on (at N = 500
+and 1000 with two threads the two runs disagree: 0.75-0.85 in this one, 4-14 in an earlier
+one); d = 8 is a tie with two threads (0.52-1.00 here, 1.3-1.9 earlier) and a 1.05-1.7x win
+with one, so the fused kernel keeps it; at d <= 6 the fused kernel wins. Against the plain
+chunked numpy softmax at N = 10^4 the tiled kernel is 10.7x (d = 16), 3.8x (64), 1.40x (512)
+and 1.03x (1024) faster, at 0.48-0.87 of the dgemm rate measured alongside.
 """
 from __future__ import annotations
 
@@ -83,7 +93,7 @@ KEY_TILE = 2048
 #: traffic, so taller query tiles halve it (measured 1.1-1.2x at d = 1024, N = 4000-6000).
 WIDE_DIM = 512
 #: ``kernel="auto"`` takes the tiled kernel from this dimension on (see the module docstring).
-TILED_MIN_DIM = 8
+TILED_MIN_DIM = 16
 
 # Reductions may be reordered (SIMD); this changes the result by round-off only.
 _REDUCE = {"contract", "reassoc", "nsz", "nnan"}
@@ -266,9 +276,8 @@ def attention_tiled(x, keys, values, weights, beta: float, normalized: bool, *,
 
 def tiled_is_faster(m: int, n: int, d: int) -> bool:
     """Whether ``kernel="auto"`` takes the tiled kernel over the fused one for m queries,
-    n keys in dimension d (the measured rule of the module docstring: d alone decides from
-    m·n = 256² on; below :data:`spherepde.interaction.AUTO_NUMBA_SIZE` pairs "auto" takes
-    numpy anyway)."""
+    n keys in dimension d (the measured rule of the module docstring: d alone decides; below
+    :data:`spherepde.interaction.AUTO_NUMBA_SIZE` pairs "auto" takes numpy anyway)."""
     return d >= TILED_MIN_DIM
 
 
