@@ -1,4 +1,4 @@
-"""Speed and memory of the particle interaction (issue 3's performance targets).
+"""Speed and memory of the particle interaction kernels, each against a reference in the same run.
 
 1. The fused numba kernel vs the naive dense numpy N×N implementation researchers write,
    N = 16384, d = 3, float64, SA, measured in the same run (target: >= 10x).
@@ -223,9 +223,9 @@ def highd(n=10_000, dims=(16, 64, 512, 1024), beta=4.0, repeat=3, fused_max_d=51
         times = interleaved(fns, repeat) + [t_fused] * (5 - len(fns))
         err = float(np.abs(attention_tiled(x, x, x, w, beta, True)
                            - plain_numpy(x, x, x, w, beta)).max())
-        rows.append(dict(d=d, peak=2.0 * peak_size ** 3 / times[0], tiled=times[1],
-                         tiled_blas=times[2], numpy=times[3], fused=times[4],
-                         flops=2.0 * n * n * (2 * d), err=err))
+        rows.append({"d": d, "peak": 2.0 * peak_size ** 3 / times[0], "tiled": times[1],
+                     "tiled_blas": times[2], "numpy": times[3], "fused": times[4],
+                     "flops": 2.0 * n * n * (2 * d), "err": err})
     return rows
 
 
@@ -348,7 +348,7 @@ def gpu_highd(dims=(16, 64, 512, 1024), sizes=(10_000, 100_000), beta=4.0, cpu_n
                                                                        True))], 1)
         for n in sizes:
             x = sphere_cloud(n, d)
-            row = dict(d=d, n=n, cpu=t_cpu * (n / cpu_n) ** 2, cpu_n=cpu_n)
+            row = {"d": d, "n": n, "cpu": t_cpu * (n / cpu_n) ** 2, "cpu_n": cpu_n}
             outs = {}
             for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
                 xt = torch.as_tensor(x, dtype=dtype, device="cuda")
@@ -365,7 +365,7 @@ def gpu_highd(dims=(16, 64, 512, 1024), sizes=(10_000, 100_000), beta=4.0, cpu_n
                 row["err_cpu"] = float(np.abs(outs["float64"].cpu().numpy()
                                               - cpu_out[0]).max())
             rows.append(row)
-            del outs
+            outs.clear()  # free the GPU outputs before the next size
             torch.cuda.empty_cache()
     return torch.cuda.get_device_name(), rows
 

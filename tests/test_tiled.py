@@ -9,8 +9,8 @@ from spherepde import interaction
 from spherepde.interaction.reference import attention_numpy
 
 pytest.importorskip("numba")
-from spherepde.interaction.numerics import log_weights  # noqa: E402
-from spherepde.interaction.tiled import TILED_MIN_DIM, _bounds, attention_tiled  # noqa: E402
+from spherepde.interaction.numerics import log_weights
+from spherepde.interaction.tiled import TILED_MIN_DIM, _bounds, attention_tiled
 
 EPS = np.finfo(np.float64).eps
 

@@ -81,8 +81,8 @@ from . import register_kernel
 from .fused import FIXED_SHIFT_SPREAD, _exp_nonpositive
 from .numerics import check_usa_overflow, log_weights
 
-__all__ = ["attention_tiled", "tiled_is_faster", "QUERY_TILE", "KEY_TILE", "WIDE_DIM",
-           "TILED_MIN_DIM"]
+__all__ = ["KEY_TILE", "QUERY_TILE", "TILED_MIN_DIM", "WIDE_DIM", "attention_tiled",
+           "tiled_is_faster"]
 
 #: Queries per tile (rows of one logit tile), below :data:`WIDE_DIM`.
 QUERY_TILE = 128
