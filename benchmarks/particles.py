@@ -1,4 +1,4 @@
-"""Speed and memory of the particle interaction (issue 3's performance targets).
+"""Speed and memory of the particle interaction kernels, each against a reference in the same run.
 
 1. The fused numba kernel vs the naive dense numpy N×N implementation researchers write,
    N = 16384, d = 3, float64, SA, measured in the same run (target: >= 10x).
@@ -18,8 +18,19 @@
    in a fresh subprocess (the features are fixed per process), alternated A B A B, one
    thread, N = 4000, beta = 4, 256, 1000; prints pairs/s and the ratio per beta.
 
+6. ``--highd``: the tiled BLAS kernel (``spherepde.interaction.tiled``) against the fused numba
+   kernel and the plain chunked numpy softmax at d = 16, 64, 512, 1024, N = 10^4, beta = 4,
+   SA, float64 (interleaved repeats, same run), with the fraction of the BLAS peak measured by
+   a large dgemm in the same run; and the fused/tiled crossover in d and N that places
+   ``spherepde.interaction.options.AutoProfile.tiled_min_dim``. Written to docs/benchmarks/particles.md.
+
+7. ``--gpu-highd``: the torch kernel on CUDA (float32, float64) at d = 16, 64, 512, 1024,
+   N = 10^4 and 10^5, against the CPU tiled kernel on the same inputs (N = 10^4 on the CPU;
+   its N = 10^5 time is the N = 10^4 one times 100, the cost being N^2); a markdown table.
+   Exits with a message where torch or CUDA is missing.
+
 Usage: python benchmarks/particles.py [--n 16384] [--n-memory 100000] [--repeat 3]
-       [--numpy-crossover] [--vector-width]
+       [--numpy-crossover] [--vector-width] [--highd] [--gpu-highd]
 """
 from __future__ import annotations
 
@@ -153,6 +164,230 @@ def numpy_crossover(repeat=7):
     return rows
 
 
+def plain_numpy(x, keys, values, w, beta, chunk=1024):
+    """The ten-line chunked softmax a researcher writes: logits by matmul, max shift, exp,
+    a second matmul (SA)."""
+    out = np.empty((x.shape[0], values.shape[1]))
+    logw = np.log(w)
+    for s in range(0, x.shape[0], chunk):
+        logits = beta * (x[s:s + chunk] @ keys.T) + logw
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        out[s:s + chunk] = (e @ values) / e.sum(axis=1, keepdims=True)
+    return out
+
+
+def interleaved(fns, repeat):
+    """Best time of each of ``fns`` over ``repeat`` rounds, the calls alternated within each
+    round so that a change of the machine's load hits them all alike."""
+    best = [np.inf] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return best
+
+
+def sphere_cloud(n, d, seed=0):
+    x = np.random.default_rng(seed).standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def highd(n=10_000, dims=(16, 64, 512, 1024), beta=4.0, repeat=3, fused_max_d=512,
+          peak_size=3000):
+    """Per-evaluation seconds of tiled (threads over query tiles, one-thread BLAS per tile),
+    tiled with one Python thread and the BLAS's threads, the plain numpy softmax, the fused
+    numba kernel (up to ``fused_max_d``: beyond it one evaluation takes minutes), and a
+    ``peak_size``² dgemm interleaved with them (the BLAS peak under the same load)."""
+    from spherepde.interaction.fused import attention_numba
+    from spherepde.interaction.tiled import attention_tiled
+
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2, peak_size, peak_size))
+    rows = []
+    for d in dims:
+        x = sphere_cloud(n, d)
+        w = np.full(n, 1.0 / n)
+        fns = [lambda: a @ b,
+               lambda: attention_tiled(x, x, x, w, beta, True),
+               lambda: attention_tiled(x, x, x, w, beta, True, threads=1),
+               lambda: plain_numpy(x, x, x, w, beta)]
+        # fused beyond d = 64 costs minutes per call: one call, in the last round
+        t_fused = np.nan
+        if d <= fused_max_d:
+            attention_numba(x[:64], x[:64], x[:64], w[:64], beta, True)  # compile
+            if d <= 64:
+                fns.append(lambda: attention_numba(x, x, x, w, beta, True))
+            else:
+                (t_fused,) = interleaved([lambda: attention_numba(x, x, x, w, beta, True)], 1)
+        times = interleaved(fns, repeat) + [t_fused] * (5 - len(fns))
+        err = float(np.abs(attention_tiled(x, x, x, w, beta, True)
+                           - plain_numpy(x, x, x, w, beta)).max())
+        rows.append({"d": d, "peak": 2.0 * peak_size ** 3 / times[0], "tiled": times[1],
+                     "tiled_blas": times[2], "numpy": times[3], "fused": times[4],
+                     "flops": 2.0 * n * n * (2 * d), "err": err})
+    return rows
+
+
+def tiled_crossover(dims=(3, 4, 6, 8, 16, 32, 64), sizes=(500, 1000, 2000, 8000), beta=4.0,
+                    repeat=5):
+    """fused / tiled time (> 1: tiled faster) per (N, d), N x N, interleaved."""
+    from spherepde.interaction.fused import attention_numba
+    from spherepde.interaction.tiled import attention_tiled
+
+    rows = []
+    for n in sizes:
+        row = [n]
+        for d in dims:
+            x = sphere_cloud(n, d, seed=d)
+            w = np.full(n, 1.0 / n)
+            attention_numba(x[:64], x[:64], x[:64], w[:64], beta, True)
+            t_f, t_t = interleaved([lambda: attention_numba(x, x, x, w, beta, True),
+                                    lambda: attention_tiled(x, x, x, w, beta, True)],
+                                   repeat if n <= 2000 else 3)
+            row.append(t_f / t_t)
+        rows.append(row)
+    return dims, rows
+
+
+_CROSSOVER_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import particles
+print(json.dumps(particles.tiled_crossover()))
+"""
+
+
+def tiled_crossover_one_thread():
+    """:func:`tiled_crossover` in a fresh process with one numba and one BLAS thread."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", _CROSSOVER_CHILD,
+                          os.path.dirname(os.path.abspath(__file__))],
+                         capture_output=True, text=True, check=True, env=env)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def report_highd(args):
+    """Run ``--highd`` and write docs/benchmarks/particles.md."""
+    import numba
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _report import markdown_table, write
+
+    load = os.getloadavg()
+    rows = highd(n=args.n_highd, repeat=args.repeat)
+    dims, cross = tiled_crossover()
+    _, cross1 = tiled_crossover_one_thread()
+    load_after = os.getloadavg()
+    table = markdown_table(
+        ["d", "numpy / tiled", "fused / tiled", "numpy / tiled (BLAS threads)",
+         "dgemm peak GFLOP/s", "tiled GFLOP/s", "tiled / peak", "numpy / peak",
+         "max abs diff vs numpy"],
+        [[r["d"], r["numpy"] / r["tiled"],
+          "not run" if np.isnan(r["fused"]) else r["fused"] / r["tiled"],
+          r["numpy"] / r["tiled_blas"], r["peak"] / 1e9, r["flops"] / r["tiled"] / 1e9,
+          r["flops"] / r["tiled"] / r["peak"], r["flops"] / r["numpy"] / r["peak"],
+          f"{r['err']:.1e}"] for r in rows])
+    cross_table = markdown_table(["N"] + [f"d = {d}" for d in dims], cross)
+    cross1_table = markdown_table(["N"] + [f"d = {d}" for d in dims], cross1)
+    body = f"""## High dimension: tiled BLAS kernel vs fused numba vs plain numpy
+
+N = {args.n_highd} tokens (queries = keys), beta = 4, SA, float64, uniform on S^(d-1),
+values = keys. numba threads: {numba.get_num_threads()}. The machine was shared with other
+processes (1-minute load average {load[0]:.1f} before, {load_after[0]:.1f} after, on
+{os.cpu_count()} cores): only ratios measured in this run (calls interleaved, best of
+{args.repeat}; fused beyond d = 64 one call) are meaningful, not the absolute times.
+
+- *tiled*: threads over query tiles, each with a one-thread BLAS (the default);
+  *tiled (BLAS threads)*: one thread of tiles calling the BLAS's own threads.
+- *plain numpy*: the ten-line chunked softmax (1024 queries × all keys, matmul, max shift,
+  exp, matmul), with the BLAS's own threads.
+- BLAS peak: a 3000 × 3000 dgemm (numpy matmul, OPENBLAS_NUM_THREADS =
+  {os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}), interleaved with the kernels of each
+  row, best of the same rounds: the peak attainable under the same load. The kernels' flops
+  are their two matrix products, 4·N²·d (the exponentials are not counted).
+- fused is not run at d = 1024 (one evaluation takes minutes).
+
+{table}
+
+### Crossover: fused numba time / tiled time (> 1: tiled is faster), N × N, beta = 4
+
+Interleaved, best of 5 (N <= 2000) or 3. With {numba.get_num_threads()} threads:
+
+{cross_table}
+
+With one thread (numba and BLAS), in a fresh process:
+
+{cross1_table}
+"""
+    print(body)
+    path = write("particles", "Particle interaction kernels in high dimension", body)
+    print(f"written to {path}")
+
+
+def gpu_highd(dims=(16, 64, 512, 1024), sizes=(10_000, 100_000), beta=4.0, cpu_n=10_000,
+              repeat=3):
+    """Seconds per evaluation of the torch kernel on CUDA (float32, float64) against the CPU
+    tiled kernel on the same inputs; None without torch or CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from spherepde.interaction.tiled import attention_tiled
+    from spherepde.interaction.torch_backend import attention_tensors
+
+    rows = []
+    for d in dims:
+        xc = sphere_cloud(cpu_n, d)
+        wc = np.full(cpu_n, 1.0 / cpu_n)
+        cpu_out = []
+        (t_cpu,) = interleaved([lambda: cpu_out.append(attention_tiled(xc, xc, xc, wc, beta,
+                                                                       True))], 1)
+        for n in sizes:
+            x = sphere_cloud(n, d)
+            row = {"d": d, "n": n, "cpu": t_cpu * (n / cpu_n) ** 2, "cpu_n": cpu_n}
+            outs = {}
+            for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
+                xt = torch.as_tensor(x, dtype=dtype, device="cuda")
+                lw = torch.full((n,), -np.log(n), dtype=dtype, device="cuda")
+                attention_tensors(xt[:256], xt[:256], xt[:256], lw[:256], beta, True)  # warm up
+
+                def run():
+                    outs[name] = attention_tensors(xt, xt, xt, lw, beta, True)[0]
+                    torch.cuda.synchronize()
+                torch.cuda.synchronize()
+                (row[name],) = interleaved([run], repeat)
+            row["err32"] = float((outs["float32"].double() - outs["float64"]).abs().max())
+            if n == cpu_n:  # the same inputs (same seed) as the CPU timing
+                row["err_cpu"] = float(np.abs(outs["float64"].cpu().numpy()
+                                              - cpu_out[0]).max())
+            rows.append(row)
+            outs.clear()  # free the GPU outputs before the next size
+            torch.cuda.empty_cache()
+    return torch.cuda.get_device_name(), rows
+
+
+def print_gpu_highd():
+    from _report import markdown_table
+
+    res = gpu_highd()
+    if res is None:
+        print("--gpu-highd: no CUDA device (or no torch) here; nothing measured")
+        return
+    device, rows = res
+    print(f"torch kernel on {device} vs the CPU tiled kernel ({os.cpu_count()} cores, "
+          f"N = {rows[0]['cpu_n']} measured, larger N scaled by N^2), beta = 4, SA\n")
+    print(markdown_table(
+        ["d", "N", "CPU tiled f64 [s]", "GPU f64 [s]", "GPU f32 [s]", "CPU/GPU f64",
+         "CPU/GPU f32", "f32 max abs err vs f64", "GPU f64 vs CPU max abs diff"],
+        [[r["d"], r["n"], r["cpu"], r["float64"], r["float32"], r["cpu"] / r["float64"],
+          r["cpu"] / r["float32"], f"{r['err32']:.1e}",
+          f"{r['err_cpu']:.1e}" if "err_cpu" in r else "-"] for r in rows]))
+
+
 _WIDTH_CHILD = """
 import json, time, numpy as np
 import spherepde  # sets numba's target features (or not) before numba compiles
@@ -200,8 +435,21 @@ def main(argv=None):
     ap.add_argument("--gpu", action="store_true", help="only the GPU (torch, CUDA) figures")
     ap.add_argument("--vector-width", action="store_true",
                     help="only the fused kernel with 256-bit against 512-bit vectors")
+    ap.add_argument("--highd", action="store_true",
+                    help="only the high-dimension kernels (tiled, fused, numpy) and crossover")
+    ap.add_argument("--n-highd", type=int, default=10_000)
+    ap.add_argument("--gpu-highd", action="store_true",
+                    help="only the torch kernel on CUDA in high dimension vs the CPU tiled one")
     args = ap.parse_args(argv)
     import numba
+
+    if args.highd:
+        report_highd(args)
+        return
+    if args.gpu_highd:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        print_gpu_highd()
+        return
 
     if args.gpu:
         _print_gpu()

@@ -358,13 +358,13 @@ class ParticleSolver:
         relative accuracy in the positions: measured 1e-8 or better against the closed-form
         zero-temperature flow in ``tests/test_timestepping.py`` and ``tests/test_particles.py``.
     kernel : str
-        Interaction kernel of :data:`spherepde.interaction.KERNELS`: "auto" (numpy for small
-        problems, the fused numba kernel from N·N >= :data:`spherepde.interaction.AUTO_NUMBA_SIZE`;
-        on S^1/S^2 it starts with the harmonic kernel where the cost model says it is faster
-        and then, during the run, keeps whichever of harmonic and numba its timed evaluations
-        show to be cheaper: the trajectory's ``stats`` count the evaluations of each),
-        "numpy", "numba", "torch", "harmonic" (its degree L is ``harmonic_degree`` and shown
-        in the repr), ...
+        Interaction kernel of :data:`spherepde.interaction.KERNELS`: "auto" (the first entry
+        of :data:`spherepde.interaction.AUTO_KERNELS` that applies under ``profile``: on
+        S^1/S^2 the harmonic kernel where its cost model says it is faster, the BLAS-tiled
+        kernel from d = ``profile.tiled_min_dim``, the fused numba kernel from
+        N·N >= ``profile.numba_min_pairs``, numpy below; fixed for the run unless
+        ``adaptive_kernel``), "numpy", "numba", "tiled", "torch", "harmonic" (its degree L is
+        ``harmonic_degree`` and shown in the repr), ...
     harmonic_tol : float, optional
         Truncation tolerance of the harmonic kernel (default
         :data:`spherepde.interaction.harmonic.DEFAULT_TOL` = 1e-12): L is the smallest degree

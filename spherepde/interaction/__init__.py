@@ -100,6 +100,7 @@ register_kernel("numpy", attention_numpy)
 KERNELS.register_module("numba", f"{__name__}.fused")
 KERNELS.register_module("torch", f"{__name__}.torch_backend")
 KERNELS.register_module("harmonic", f"{__name__}.harmonic")
+KERNELS.register_module("tiled", f"{__name__}.tiled")
 
 
 def available_kernels() -> list[str]:
@@ -142,6 +143,12 @@ def _harmonic_is_cheaper(p: KernelProblem, prof: AutoProfile) -> bool:
     return p.pairs >= prof.harmonic_pairs_per_unit * units
 
 
+def _tiled_applies(p: KernelProblem, prof: AutoProfile) -> bool:
+    """The BLAS-tiled kernel in high dimension (:mod:`spherepde.interaction.tiled`): from
+    ``profile.tiled_min_dim`` on, for problems big enough for a compiled kernel."""
+    return p.d is not None and p.d >= prof.tiled_min_dim and p.pairs >= prof.numba_min_pairs
+
+
 @dataclass(frozen=True)
 class AutoEntry:
     """One candidate of ``kernel="auto"``: the kernel ``name`` and ``applies(problem,
@@ -154,6 +161,7 @@ class AutoEntry:
 #: ``kernel="auto"`` takes the first entry that applies and whose kernel is installed here.
 AUTO_KERNELS: tuple[AutoEntry, ...] = (
     AutoEntry("harmonic", _harmonic_is_cheaper),
+    AutoEntry("tiled", _tiled_applies),
     AutoEntry("numba", lambda p, prof: p.pairs >= prof.numba_min_pairs),
     AutoEntry("numpy", lambda p, prof: True),
 )
@@ -190,15 +198,16 @@ def attention(x, keys, values, weights, beta: float, normalized: bool = True,
     beta : float, finite
     normalized : SA (True) or USA (False)
     kernel : a :class:`DirectKernel` of :data:`KERNELS`, or "auto" (:func:`resolve_kernel`
-        without a model: the fused numba kernel from m·n >= ``profile.numba_min_pairs``, numpy
-        below). The harmonic kernel needs B, V and the atoms: use
-        :meth:`spherepde.Model.attention`.
+        without a model: from m·n >= ``profile.numba_min_pairs`` the BLAS-tiled kernel where
+        d >= ``profile.tiled_min_dim``, else the fused numba kernel; numpy below). The
+        harmonic kernel needs B, V and the atoms: use :meth:`spherepde.Model.attention`.
 
     Returns
     -------
     (m, dv) array
     """
-    name = resolve_kernel(kernel, KernelProblem(x.shape[0], keys.shape[0]), profile)
+    name = resolve_kernel(kernel, KernelProblem(x.shape[0], keys.shape[0], x.shape[1]),
+                          profile)
     impl = KERNELS.get(name)
     if not isinstance(impl, DirectKernel):
         raise ValueError(f"the {name!r} kernel works from the model's B, V and the atoms, not "

@@ -83,11 +83,18 @@ class AutoProfile:
         (which runs every beta at the same speed per pair). The defaults put the crossover
         where it was measured: N ~ 1530, 1710, 2850, 5830 at beta = 16, 64, 256, 1000 (the
         model gives 1270, 1680, 2940, 5910).
+    tiled_min_dim : int
+        The BLAS-tiled kernel (:mod:`spherepde.interaction.tiled`) instead of the fused one
+        from this dimension d on (and m·n >= ``numba_min_pairs``). Measured at N = 2000 and
+        8000, one and two threads: fused/tiled time 1.0-2.4 at d = 16, 1.6-7.3 at d = 32..64,
+        a tie at d = 8 with two threads, the fused kernel ahead at d = 3
+        (docs/benchmarks/particles.md).
     """
 
     numba_min_pairs: int = 1 << 14
     harmonic_pairs_per_unit: float = 58.0
     harmonic_fixed_units: float = 2.0e4
+    tiled_min_dim: int = 16
 
     @classmethod
     def from_dict(cls, values: dict) -> "AutoProfile":
