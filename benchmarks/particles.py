@@ -344,6 +344,7 @@ def gpu_highd(dims=(16, 64, 512, 1024), sizes=(10_000, 100_000), beta=4.0, cpu_n
         xc = sphere_cloud(cpu_n, d)
         wc = np.full(cpu_n, 1.0 / cpu_n)
         cpu_out = []
+        attention_tiled(xc[:64], xc, xc, wc, beta, True)  # compile before timing
         (t_cpu,) = interleaved([lambda: cpu_out.append(attention_tiled(xc, xc, xc, wc, beta,
                                                                        True))], 1)
         for n in sizes:
