@@ -48,6 +48,7 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ._hierarchy import _lower_bound, _morton_keys, _northwest_pairs, _prune, _widen
 from .costs import c_transform, cost_diameter, geodesic_from_chordal
 from .newton import newton_columns, softmin_row
 from .search import ConeTree
@@ -90,7 +91,6 @@ QUANTIZE_MIN_POINTS = 500_000
 QUANTIZE_TOL = 1.5
 #: New support searches at a final stage whose Newton solve stalled (see newton.STALL_STEPS).
 NEWTON_RESEARCH = 3
-RESEARCH = 3
 #: The solve gives up when this many stages in a row end with a marginal error (L1) above
 #: DIVERGED_ERR: the coarse-to-fine continuation has broken down (concentrated measures, where
 #: each point keeps one or two partners; see docs/methods.md), and every later stage only
@@ -519,50 +519,6 @@ RESIDUAL_EXACT_PAIRS = 250_000
 
 
 @nb.njit(cache=True)
-def _morton_keys(points, bits):
-    """Z-order (Morton) keys of points in [-1, 1]^d, ``bits`` bits per coordinate."""
-    n, d = points.shape
-    keys = np.zeros(n, np.int64)
-    scale = (1 << bits) - 1
-    for i in range(n):
-        key = 0
-        q = np.empty(d, np.int64)
-        for t in range(d):
-            q[t] = int(min(max((points[i, t] + 1.0) * 0.5, 0.0), 1.0) * scale)
-        for bit in range(bits - 1, -1, -1):
-            for t in range(d):
-                key = (key << 1) | ((q[t] >> bit) & 1)
-        keys[i] = key
-    return keys
-
-
-@nb.njit(cache=True)
-def _northwest_pairs(r, c):
-    """The north-west-corner coupling of r and c (same total, in the given orders): its
-    pairs (rows, cols) and masses, at most len(r) + len(c) - 1 of them."""
-    rows = np.empty(r.size + c.size, np.int64)
-    cols = np.empty(r.size + c.size, np.int64)
-    mass = np.empty(r.size + c.size)
-    i, j, p = 0, 0, 0
-    ri, cj = r[0], c[0]
-    while i < r.size and j < c.size:
-        t = min(ri, cj)
-        rows[p], cols[p], mass[p] = i, j, t
-        p += 1
-        ri -= t
-        cj -= t
-        if ri <= cj:
-            i += 1
-            if i < r.size:
-                ri = r[i]
-        else:
-            j += 1
-            if j < c.size:
-                cj = c[j]
-    return rows[:p], cols[:p], mass[:p]
-
-
-@nb.njit(cache=True)
 def _northwest_cost(P, op, Q, oq, r, c, geodesic):
     """Cost of the north-west-corner coupling of r (on P, in order) and c (on Q, in order),
     both of the same total: a feasible coupling, cheap when the orders follow space."""
@@ -624,27 +580,6 @@ def _residual_cost(X, err_r, Y, err_c, E, cost):
     return min(product, nw * E)
 
 
-def _lower_bound(XF, YF, f, cost, hints=None, twice=True):
-    """<a, f^cc> + <b, f^c> for a potential f on the points of the full level XF (weak
-    duality); YF is the other cloud's full level. twice=False stops at <a, f> + <b, f^c>
-    (also dual-feasible), for when the second transform is the expensive one. hints:
-    (support between XF and YF, "x" or "y" the side of XF in it), whose best partners start
-    the searches."""
-    if not np.all(np.isfinite(f)):
-        return -np.inf  # a diverged potential certifies nothing
-    # The bound does not depend on the gauge f + s (the weights sum to 1); centring keeps
-    # c - f at the precision of c.
-    f = f - np.mean(f)
-    other = None if hints is None else ("y" if hints[1] == "x" else "x")
-    init = None if hints is None else hints[0].best_partner(other, f)
-    g, _ = c_transform(XF.points, f, YF.points, cost, tree=XF.tree, init=init)
-    if not twice:
-        return float(XF.weights @ f + YF.weights @ g)
-    init = None if hints is None else hints[0].best_partner(hints[1], g)
-    f2, _ = c_transform(YF.points, g, XF.points, cost, tree=YF.tree, init=init)
-    return float(XF.weights @ f2 + YF.weights @ g)
-
-
 def _extend(Y, vp, YF, own, other, P, X):
     r"""A potential on the points of YF from the potential vp of its clustering Y, to first
     order: :math:`g(y) = v'_l + 2\langle x^*_l, \bar y_l - y\rangle` for y in cluster l,
@@ -697,34 +632,6 @@ def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True, side=None):
 
 
 # ---------------------------------------------------------------------------------- driver
-def _prune(x, a, tau):
-    r"""The cloud without its lightest points, of total mass t <= tau, renormalized; and t.
-
-    The pruned measure :math:`\mu' = \mu|_K / (1 - t)` is within
-    :math:`W_2(\mu, \mu') \le \sqrt{D t}` of μ (D the cost's diameter): keep the kept mass
-    in place and move the pruned mass t anywhere. So a bracket on :math:`W_2(\mu', \nu')`
-    widened by these two distances (triangle inequality) is a bracket on :math:`W_2(\mu, \nu)`.
-    """
-    if tau <= 0:
-        return x, a, 0.0
-    order = np.argsort(a, kind="stable")
-    k = int(np.searchsorted(np.cumsum(a[order]), tau, side="right"))
-    if k == 0:
-        return x, a, 0.0
-    keep = np.sort(order[k:])
-    t = float(a[order[:k]].sum())
-    return x[keep], a[keep] / a[keep].sum(), t
-
-
-def _widen(lower, upper, slack):
-    """A bracket (lower, upper) on W2^2 between the pruned measures, widened into one between
-    the original measures: each pruned side is within its share of ``slack`` of its original
-    in W2 (:func:`_prune`; triangle inequality). -inf stays -inf (no lower bound yet)."""
-    if lower > -np.inf:
-        lower = max(np.sqrt(max(lower, 0.0)) - slack, 0.0) ** 2
-    return lower, (np.sqrt(max(upper, 0.0)) + slack) ** 2
-
-
 def _keep_best(lower, upper, resid, lo, hi, res):
     """Each bound is valid on its own: keep the best of each (with the upper one's residual
     mass), and the width sqrt(U) - sqrt(L) on W2."""
@@ -925,13 +832,6 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 entry.update(iter=it, err=err, cg=ncg)
             elif not check:
                 it, err, _ = _sinkhorn(S, X, Y, u, v, eps, 1e-3, stage_iter, 1.0)
-                for _ in range(RESEARCH):
-                    if err <= 1e-3:
-                        break
-                    S = None
-                    S = _support(X, Y, u, v, eps, theta, geodesic)
-                    it2, err, _ = _sinkhorn(S, X, Y, u, v, eps, 1e-3, stage_iter, 1.0)
-                    it += it2
                 total_iter += it
                 entry.update(iter=it, err=err)
             elif newton_here:
@@ -998,7 +898,6 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 # plan says nothing about the width by itself).
                 chunk, it_stage, om = check_chunk, 0, omega
                 prev_width = np.inf
-                researched = 0
                 while True:
                     it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
                     it_stage += it
@@ -1008,9 +907,6 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                     lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
                                            lower_too=chunk == check_chunk or last_chunk)
                     lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
-                    # This stage's own width: the kept best may come from an earlier stage and
-                    # then says nothing about whether this one still progresses.
-                    stage_width = np.sqrt(max(hi, 0)) - np.sqrt(max(min(lower, hi), 0))
                     if verbose:
                         print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
                               f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
@@ -1020,19 +916,10 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                         break
                     # The plan's entropic bias (about eps on W2^2) does not iterate away: once
                     # a chunk closes less than a quarter of what is missing, eps is too large
-                    # (or at its floor) and more iterations at this eps are wasted, unless
-                    # the marginals are still far off: then the support (searched with the
-                    # potentials the stage started from) may hold no plan with these
-                    # marginals, and the potentials have moved towards the missing pairs.
-                    if prev_width - stage_width < 0.25 * (stage_width - tol_pruned):
-                        if err <= 1e-3 or researched >= RESEARCH:
-                            break
-                        researched += 1
-                        S = None
-                        S = _support(X, Y, u, v, eps, theta, geodesic)
-                        chunk, prev_width = check_chunk, np.inf
-                        continue
-                    prev_width = stage_width
+                    # (or at its floor) and more iterations at this eps are wasted.
+                    if prev_width - width < 0.25 * (width - tol_pruned):
+                        break
+                    prev_width = width
                     chunk = min(2 * chunk, max_iter - it_stage)
                 total_iter += it_stage
                 entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)

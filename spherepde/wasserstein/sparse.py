@@ -46,8 +46,9 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ._hierarchy import _morton_keys, _northwest_pairs, _prune, _widen
 from .costs import _pair_cost, cost_diameter
-from .multiscale import _morton_keys, _northwest_pairs, _prune, _widen
+
 # mass left out of each side, relative to tol^2 / diameter (see .quantized)
 from .quantized import PRUNE
 from .result import bracket_result, reject_options
