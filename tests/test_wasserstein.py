@@ -655,9 +655,8 @@ def test_auto_gives_the_multiscale_solver_a_time_budget(monkeypatch):
     assert "time ran out" in r.details["stopped"] and not r.details["tol_met"]
     assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
     monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
-    monkeypatch.setattr(W, "AUTO_MULTISCALE_MIN_SECONDS", 0.0)
-    monkeypatch.setattr(W, "AUTO_MULTISCALE_SECONDS_PER_POINT", 0.0)
-    r = sp.w2(mu, nu, tol=2e-3)
+    # no time for the multiscale solver; the sparse one keeps its default budget
+    r = sp.w2(mu, nu, tol=2e-3, budget=W.W2Budget(seconds_per_point=0.0, min_seconds=0.0))
     assert r.method == "sparse" and "time ran out" in r.details["auto"]
     assert r.details["tol_met"] and r.lower - 1e-12 <= ex <= r.upper + 1e-12
 
@@ -677,10 +676,10 @@ def test_auto_bounds_the_sparse_fallback_too(monkeypatch):
     monkeypatch.setattr(W._sparse, "w2_sparse",
                         lambda *args, **kw: seen.append(kw["max_seconds"]) or sparse(*args, **kw))
     sp.w2(mu, nu, tol=1e-3)
-    assert seen[-1] == W.AUTO_SPARSE_MIN_SECONDS == 120.0  # 500 points: the floor
-    monkeypatch.setattr(W, "AUTO_SPARSE_MIN_SECONDS", 0.0)
-    sp.w2(mu, nu, tol=1e-3)
-    assert seen[-1] == pytest.approx(W.AUTO_SPARSE_SECONDS_PER_POINT * 500)
+    default = W.W2Budget()
+    assert seen[-1] == default.sparse_min_seconds == 120.0  # 500 points: the floor
+    sp.w2(mu, nu, tol=1e-3, budget=W.W2Budget(sparse_min_seconds=0.0))
+    assert seen[-1] == pytest.approx(default.sparse_seconds_per_point * 500)
     sp.w2(mu, nu, tol=1e-3, max_seconds=7.0)
     assert seen[-1] == 7.0
 
