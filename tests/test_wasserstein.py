@@ -903,3 +903,34 @@ def test_quantized_clusters_too_large_to_refine_keep_the_composed_coupling(monke
     assert s["clusters_not_refined"] > 0
     assert s["upper"] == pytest.approx(s["composed_upper_w2"], rel=1e-12)
     assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
+
+
+def test_every_iterative_method_called_by_name_stops_at_its_budget():
+    """A method called by name gets the cost model's budget too (it had none: a direct
+    multiscale call ran for 740 s); with no time left each returns the bracket certified so
+    far and says why, and the bracket holds the exact value."""
+    mu, nu = _two_caps(600, 5), _two_caps(500, 7)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    spent = W.W2Budget(seconds_per_point=0.0, min_seconds=0.0, sparse_seconds_per_point=0.0,
+                       sparse_min_seconds=0.0)
+    for method in ("multiscale", "sparse"):
+        r = sp.w2(mu, nu, method=method, tol=1e-9, budget=spent)
+        assert "time ran out" in r.details["stopped"] and not r.details["tol_met"], method
+        assert r.lower - 1e-12 <= ex <= r.upper + 1e-12, method
+    # the default budget: 30 s floor for the multiscale solver, 120 s for the sparse one
+    a = np.full(1000, 1e-3)
+    assert W.W2Budget().seconds("multiscale", a, a) == 30.0
+    assert W.W2Budget().seconds("sparse", a, a) == 120.0
+    assert W.W2Budget().seconds("multiscale", np.full(10**6, 1e-6), a) == pytest.approx(300.3)
+
+
+def test_w2_budget_rejects_bad_fields_and_auto_lists_its_entries():
+    with pytest.raises(ValueError, match="seconds_per_point"):
+        W.W2Budget(seconds_per_point=-1.0)
+    with pytest.raises(TypeError, match="W2Budget"):
+        sp.w2(random_cloud(5, seed=1), random_cloud(5, seed=2), budget=30.0)
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        sp.w2(random_cloud(5, seed=1), random_cloud(5, seed=2), method="nope")
+    # every entry of "auto" is a registered method, and every registered method is allowed
+    assert {e.method for e in W.AUTO} <= set(W.W2_METHODS.names())
+    assert set(W.METHODS) == {"auto", *W.W2_METHODS.names()}

@@ -359,4 +359,7 @@ def w2_sparse(x, a, y, b, cost="chordal", tol=1e-3, k=SPARSE_K, seed=0, max_seco
                "seconds": time.perf_counter() - t0, "tol": tol}
     r = bracket_result(upper, lower, cost, "sparse", details)
     r.details["tol_met"] = bool(r.upper - r.lower <= tol)
+    if not r.details["tol_met"] and time.perf_counter() > deadline:
+        r.details["stopped"] = (f"its time ran out ({float(max_seconds):g} s) after "
+                                f"{len(top)} LP rounds")
     return r
