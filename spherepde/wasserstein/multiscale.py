@@ -691,6 +691,110 @@ def _quantization_budget(X0, Y0, tol, quantize):
     return max(tol / 2, np.sqrt(tol * w2_low / 4)), w2_low
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the stages of one solve read: the original clouds' full levels XF, YF, the cost,
+    the truncation theta, the iteration settings of the final stages, the target width tol
+    on W2 (tol less the pruning's slack), the deadline (perf_counter seconds or None), the
+    start time t0 and verbosity."""
+
+    XF: Level
+    YF: Level
+    cost: str
+    theta: float
+    max_iter: int
+    check_chunk: int
+    omega: float
+    tol: float
+    deadline: float | None
+    t0: float
+    verbose: bool
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+
+def _final_levels(hx, hy, tol, quantize, geodesic):
+    """The levels (fx, fy) the solve ends at, the quantization budgets (bx, by) of the two
+    sides (None for the geodesic cost, whose sides end at their points) and the coarse lower
+    bound w2_low on W2 (see :func:`_quantization_budget`)."""
+    if geodesic:
+        return len(hx) - 1, len(hy) - 1, None, None, 0.0
+    budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
+    bx = by = budget
+    fx, fy = _final_level(hx, budget), _final_level(hy, budget)
+    if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
+        # W2 may be ~0: keep one side at its points so that the lower bound starts from
+        # real potentials.
+        if hx[fx].n >= hy[fy].n:
+            fx = len(hx) - 1
+        else:
+            fy = len(hy) - 1
+    if quantize is None and max(hx[-1].n, hy[-1].n) > QUANTIZE_MIN_POINTS:
+        # The larger side, left at its points, stops at its finest clustering of at most
+        # QUANTIZE_MIN_POINTS clusters (the smallest quantization error that still
+        # avoids the stall), if that error is within QUANTIZE_TOL * tol and the other
+        # side is at its points (the lower bound needs one side there).
+        big, f_big, f_other = (hx, fx, fy) if hx[-1].n >= hy[-1].n else (hy, fy, fx)
+        other = hy if big is hx else hx
+        fine = [k for k, L in enumerate(big) if not L.full and L.n <= QUANTIZE_MIN_POINTS]
+        if (big[f_big].full and other[f_other].full and fine
+                and quantization_error(big[fine[-1]]) <= QUANTIZE_TOL * tol):
+            if big is hx:
+                fx, bx = fine[-1], QUANTIZE_TOL * tol
+            else:
+                fy, by = fine[-1], QUANTIZE_TOL * tol
+    return fx, fy, bx, by, w2_low
+
+
+def _final_stage(run, S, X, Y, u, v, eps, best):
+    """One final stage by Sinkhorn sweeps in growing chunks, stopped as soon as the bracket is
+    narrow enough (the plan's marginal error says nothing about the width by itself), when
+    it stalls, or at the deadline. u, v are updated in place; best = (lower, upper,
+    residual) is the bracket kept so far. Returns (support, iterations, marginal error,
+    this stage's lower, upper, residual, (lower, upper, residual, width) kept)."""
+    lower, upper, resid = best
+    chunk, it_stage, om = run.check_chunk, 0, run.omega
+    prev_width = np.inf
+    researched = 0
+    while True:
+        it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
+        it_stage += it
+        # The lower bound settles within the first chunk; after that only the
+        # upper one moves, and the lower one is recomputed when the stage ends.
+        last_chunk = err <= 1e-5 or it_stage >= run.max_iter
+        lo, hi, res = _bracket(run.XF, run.YF, X, Y, S, u, v, eps, run.cost,
+                               lower_too=chunk == run.check_chunk or last_chunk)
+        lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
+        # This stage's own width: the kept best may come from an earlier stage and
+        # then says nothing about whether this one still progresses.
+        stage_width = np.sqrt(max(hi, 0)) - np.sqrt(max(min(lower, hi), 0))
+        if run.verbose:
+            print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
+                  f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
+                  f"t {time.perf_counter() - run.t0:.1f}")
+        if (width <= run.tol or err <= 1e-5 or it_stage >= run.max_iter
+                or run.out_of_time()):
+            break
+        # The plan's entropic bias (about eps on W2^2) does not iterate away: once
+        # a chunk closes less than a quarter of what is missing, eps is too large
+        # (or at its floor) and more iterations at this eps are wasted.
+        if prev_width - stage_width < 0.25 * (stage_width - run.tol):
+            if err <= RESEARCH_ERR or researched >= RESEARCH:
+                break
+            # The marginals are still far off: the support, searched with the
+            # potentials the stage started from, may hold no plan with them, and
+            # the potentials have moved towards the pairs that are missing.
+            researched += 1
+            S = None
+            S = _support(X, Y, u, v, eps, run.theta, run.cost == "geodesic")
+            chunk, prev_width = run.check_chunk, np.inf
+            continue
+        prev_width = stage_width
+        chunk = min(2 * chunk, run.max_iter - it_stage)
+    return S, it_stage, err, lo, hi, res, (lower, upper, resid, width)
+
+
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
                   coarsest=COARSEST, max_iter=1000, stage_iter=50, check_chunk=10, quantize=None,
                   nu_levels=None, seed=0, omega=1.8, newton=None, prune=None, max_seconds=None,
@@ -751,34 +855,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     else:
         hy = hierarchy(y, b, cost, coarsest, seed=seed + 1)
     t_hier = time.perf_counter() - t0
-    if geodesic:
-        fx, fy = len(hx) - 1, len(hy) - 1
-        w2_low = 0.0
-    else:
-        budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
-        bx = by = budget
-        fx, fy = _final_level(hx, budget), _final_level(hy, budget)
-        if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
-            # W2 may be ~0: keep one side at its points so that the lower bound starts from
-            # real potentials.
-            if hx[fx].n >= hy[fy].n:
-                fx = len(hx) - 1
-            else:
-                fy = len(hy) - 1
-        if quantize is None and max(hx[-1].n, hy[-1].n) > QUANTIZE_MIN_POINTS:
-            # The larger side, left at its points, stops at its finest clustering of at most
-            # QUANTIZE_MIN_POINTS clusters (the smallest quantization error that still
-            # avoids the stall), if that error is within QUANTIZE_TOL * tol and the other
-            # side is at its points (the lower bound needs one side there).
-            big, f_big, f_other = (hx, fx, fy) if hx[-1].n >= hy[-1].n else (hy, fy, fx)
-            other = hy if big is hx else hx
-            fine = [k for k, L in enumerate(big) if not L.full and L.n <= QUANTIZE_MIN_POINTS]
-            if (big[f_big].full and other[f_other].full and fine
-                    and quantization_error(big[fine[-1]]) <= QUANTIZE_TOL * tol):
-                if big is hx:
-                    fx, bx = fine[-1], QUANTIZE_TOL * tol
-                else:
-                    fy, by = fine[-1], QUANTIZE_TOL * tol
+    fx, fy, bx, by, w2_low = _final_levels(hx, hy, tol, quantize, geodesic)
     nlev = max(fx, fy) + 1
     pairs = [(min(k, fx), min(k, fy)) for k in range(nlev)]
     eps = diam / 4
@@ -790,6 +867,8 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     log = []
     total_iter = 0
     S = None
+    run = _Run(hx[-1], hy[-1], cost, theta, max_iter, check_chunk, omega, tol_pruned, deadline,
+               t0, verbose)
     final_res = [L.spacing2 for L in (hx[fx], hy[fy]) if L.n > FEW_POINTS and L.spacing2 > 0]
     final_res = final_res or [1e-3 * diam]
     # Below ~1e-9 diam^2 the plan is a permutation to round-off; nothing is gained there.
@@ -901,47 +980,9 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 entry.update(iter=it, err=err, cg=ncg, lower=lo, upper=hi, residual=res)
                 done = width <= tol_pruned or floor
             else:
-                # At the final levels the bracket is the stopping test: iterate in growing
-                # chunks and stop as soon as it is narrow enough (the marginal error of the
-                # plan says nothing about the width by itself).
-                chunk, it_stage, om = check_chunk, 0, omega
-                prev_width = np.inf
-                researched = 0
-                while True:
-                    it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
-                    it_stage += it
-                    # The lower bound settles within the first chunk; after that only the
-                    # upper one moves, and the lower one is recomputed when the stage ends.
-                    last_chunk = err <= 1e-5 or it_stage >= max_iter
-                    lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
-                                           lower_too=chunk == check_chunk or last_chunk)
-                    lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
-                    # This stage's own width: the kept best may come from an earlier stage and
-                    # then says nothing about whether this one still progresses.
-                    stage_width = np.sqrt(max(hi, 0)) - np.sqrt(max(min(lower, hi), 0))
-                    if verbose:
-                        print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
-                              f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
-                              f"t {time.perf_counter() - t0:.1f}")
-                    if (width <= tol_pruned or err <= 1e-5 or it_stage >= max_iter
-                            or (deadline is not None and time.perf_counter() > deadline)):
-                        break
-                    # The plan's entropic bias (about eps on W2^2) does not iterate away: once
-                    # a chunk closes less than a quarter of what is missing, eps is too large
-                    # (or at its floor) and more iterations at this eps are wasted.
-                    if prev_width - stage_width < 0.25 * (stage_width - tol_pruned):
-                        if err <= RESEARCH_ERR or researched >= RESEARCH:
-                            break
-                        # The marginals are still far off: the support, searched with the
-                        # potentials the stage started from, may hold no plan with them, and
-                        # the potentials have moved towards the pairs that are missing.
-                        researched += 1
-                        S = None
-                        S = _support(X, Y, u, v, eps, theta, geodesic)
-                        chunk, prev_width = check_chunk, np.inf
-                        continue
-                    prev_width = stage_width
-                    chunk = min(2 * chunk, max_iter - it_stage)
+                # At the final levels the bracket is the stopping test (see _final_stage).
+                S, it_stage, err, lo, hi, res, (lower, upper, resid, width) = _final_stage(
+                    run, S, X, Y, u, v, eps, (lower, upper, resid))
                 total_iter += it_stage
                 entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)
                 done = (width <= tol_pruned or eps <= final_eps_floor * (1 + 1e-12)
