@@ -795,6 +795,46 @@ def _final_stage(run, S, X, Y, u, v, eps, best):
     return S, it_stage, err, lo, hi, res, (lower, upper, resid, width)
 
 
+def _newton_final(run, S, X, Y, u, v, eps, floor, best, it, ncg):
+    """A final stage by Newton to converged marginals (NEWTON_MARGINAL_TOL), its support
+    searched again while Newton stalls; then the rounded plan's cost, and the lower bound
+    once eps is below what the width allows (or at its floor). u, v are updated in place;
+    it, ncg: the Newton and CG iterations already spent on the stage. Returns (support,
+    iterations, marginal error, CG iterations, this stage's lower, upper, residual,
+    (lower, upper, residual, width) kept)."""
+    lower, upper, resid = best
+    it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
+                                  NEWTON_FINAL_ITER, verbose=run.verbose,
+                                  deadline=run.deadline)
+    it, ncg = it + it2, ncg + ncg2
+    for _ in range(NEWTON_RESEARCH):
+        if err <= NEWTON_MARGINAL_TOL:
+            break
+        S = None
+        S = _support(X, Y, u, v, eps, run.theta, run.cost == "geodesic")  # as at _final_stage
+        it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
+                                      NEWTON_FINAL_ITER, verbose=run.verbose,
+                                      deadline=run.deadline)
+        it, ncg = it + it2, ncg + ncg2
+    _, hi, res = _bracket(run.XF, run.YF, X, Y, S, u, v, eps, run.cost, lower_too=False)
+    lo = -np.inf
+    if floor or eps <= 2 * np.sqrt(max(hi, 0.0)) * run.tol:
+        # From the Newton side's potential if that side is at its points, else
+        # from the other side's (its soft c-transform), if that one is.
+        newton_side = "y" if Y.n <= X.n else "x"
+        other = "x" if newton_side == "y" else "y"
+        at_points = {"x": X.full, "y": Y.full}
+        lo, _, _ = _bracket(run.XF, run.YF, X, Y, S, u, v, eps, run.cost,
+                            side=newton_side if at_points[newton_side] else
+                            (other if at_points[other] else None))
+    lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
+    if run.verbose:
+        print(f"  newton: {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, lower {lo:.3e}, "
+              f"upper {hi:.3e}, residual {res:.2e}, width {width:.2e}, "
+              f"t {time.perf_counter() - run.t0:.1f}")
+    return S, it, err, ncg, lo, hi, res, (lower, upper, resid, width)
+
+
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
                   coarsest=COARSEST, max_iter=1000, stage_iter=50, check_chunk=10, quantize=None,
                   nu_levels=None, seed=0, omega=1.8, newton=None, prune=None, max_seconds=None,
@@ -947,36 +987,9 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                         log.append(entry)
                         eps = max(eps / 2, final_eps_floor)
                         continue
-                it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
-                                              NEWTON_FINAL_ITER, verbose=verbose,
-                                              deadline=deadline)
-                it, ncg = it + it2, ncg + ncg2
-                for _ in range(NEWTON_RESEARCH):
-                    if err <= NEWTON_MARGINAL_TOL:
-                        break
-                    S = None
-                    S = _support(X, Y, u, v, eps, theta, geodesic)  # as above
-                    it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
-                                                  NEWTON_FINAL_ITER, verbose=verbose,
-                                              deadline=deadline)
-                    it, ncg = it + it2, ncg + ncg2
+                S, it, err, ncg, lo, hi, res, (lower, upper, resid, width) = _newton_final(
+                    run, S, X, Y, u, v, eps, floor, (lower, upper, resid), it, ncg)
                 total_iter += it
-                _, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost, lower_too=False)
-                lo = -np.inf
-                if floor or eps <= 2 * np.sqrt(max(hi, 0.0)) * tol_pruned:
-                    # From the Newton side's potential if that side is at its points, else
-                    # from the other side's (its soft c-transform), if that one is.
-                    newton_side = "y" if Y.n <= X.n else "x"
-                    other = "x" if newton_side == "y" else "y"
-                    at_points = {"x": X.full, "y": Y.full}
-                    lo, _, _ = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
-                                        side=newton_side if at_points[newton_side] else
-                                        (other if at_points[other] else None))
-                lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
-                if verbose:
-                    print(f"  newton: {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, lower {lo:.3e}, "
-                          f"upper {hi:.3e}, residual {res:.2e}, width {width:.2e}, "
-                          f"t {time.perf_counter() - t0:.1f}")
                 entry.update(iter=it, err=err, cg=ncg, lower=lo, upper=hi, residual=res)
                 done = width <= tol_pruned or floor
             else:
