@@ -12,6 +12,12 @@
                                                                 #   trajectory, dim E = 1 and 2
     .venv/bin/python benchmarks/wasserstein.py --sparse         # concentrated pairs: sparse vs
                                                                 #   quantized, exact at 1e4
+    .venv/bin/python benchmarks/wasserstein.py --sweep 10000 100000
+                                                                # seeded broad and concentrated
+                                                                #   pairs under "auto": time,
+                                                                #   width, the method it ended
+                                                                #   with (docs/benchmarks/
+                                                                #   wasserstein.md)
 
 Every case runs in its own process, so the peak memory (max RSS) printed is that case's.
 Times are wall and CPU seconds. "ratio" is multiscale / exact at the same size; "/ref" is
@@ -80,6 +86,18 @@ def make_case(name, n):
         # two concentrated clouds, sampled independently from the same two-cap law
         mu = sp.PointCloud(two_caps().sample(n, 5))
         nu = sp.PointCloud(two_caps().sample(n, 7))
+    elif name == "vmf-45":
+        # broad and 45 degrees apart (W2 ~ 0.57): large transport over the cluster spacing
+        mu = sp.PointCloud(sp.measures.VonMisesFisher([0, 0, 1.0], 2.0).sample(n, 3))
+        nu = sp.PointCloud(sp.measures.VonMisesFisher([0, 1.0, 1.0], 3.0).sample(n, 4))
+    elif name == "vmf-near":
+        # broad and close: vMF kappa 2 against the uniform measure
+        mu = sp.PointCloud(sp.measures.VonMisesFisher([0, 0, 1.0], 2.0).sample(n, 1))
+        nu = sp.PointCloud(sp.measures.Uniform(3).sample(n, 2))
+    elif name == "caps-45":
+        # concentrated (kappa 100) and 45 degrees apart
+        mu = sp.PointCloud(sp.measures.VonMisesFisher([0, 0, 1.0], 100.0).sample(n, 3))
+        nu = sp.PointCloud(sp.measures.VonMisesFisher([0, 1.0, 1.0], 100.0).sample(n, 4))
     elif name == "tokens-circle":
         mu = sp.PointCloud(sp.measures.VonMisesFisher([0.3, 0.2, 1.0], 1.0).sample(n, 4))
         nu = circle(n)
@@ -98,7 +116,8 @@ def run(name, n, method, tol, threads, options, queue):
     r = sp.w2(mu, nu, method=method, tol=tol, **(options or {}))
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
-    queue.put((float(r), r.lower, r.upper, r.method, wall, cpu, rss, mu.n, nu.n))
+    queue.put((float(r), r.lower, r.upper, r.method, wall, cpu, rss, mu.n, nu.n,
+               r.details.get("auto", "")))
 
 
 def _spawned(target, *args):
@@ -143,6 +162,10 @@ def main():
                     help="token counts: the sparse and quantized solvers on two-cap clouds and "
                          "two-cap tokens against the 6 x 256^2 mesh (default 1e5)")
     ap.add_argument("--sparse-cases", nargs="*", default=["caps-clouds", "caps-mesh"])
+    ap.add_argument("--sweep", type=int, nargs="*", default=None,
+                    help="seeded broad and concentrated pairs under auto at these sizes")
+    ap.add_argument("--sweep-cases", nargs="*", default=["vmf-near", "vmf-45", "caps-45",
+                                                          "caps-clouds"])
     ap.add_argument("--tol", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=0, help="numba threads per case (0: numba's default)")
     ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
@@ -164,6 +187,9 @@ def main():
         return
     if args.sparse is not None:
         sparse_cases(args.sparse or [100_000], args)
+        return
+    if args.sweep is not None:
+        sweep_cases(args.sweep or [10_000, 100_000], args)
         return
     if args.quantized is not None:
         for n in args.quantized or [100_000, 1_000_000]:
@@ -190,6 +216,30 @@ def main():
         print(f"{name:>14} {ms[7]:>8} {ms[8]:>8} {'multiscale':>10} {ms[4]:>8.2f} {ms[5]:>8.2f} "
               f"{ms[6]:>5.2f} {ms[0]:>10.6f} {ms[2] - ms[1]:>9.1e} {ratio} {vs_ref}{inside}",
               flush=True)
+
+
+def sweep_cases(sizes, args):
+    """Each pair under method="auto" at the default tol (1e-3): wall time, bracket width, the
+    method it ended with and whether tol was met; the table goes to docs/benchmarks/."""
+    from _report import markdown_table, write
+
+    rows = []
+    load0 = os.getloadavg()[0]
+    for n in sizes:
+        for name in args.sweep_cases:
+            r = in_child(name, n, "auto", 1e-3, args.threads)
+            width = r[2] - r[1]
+            rows.append([name, n, r[3], round(r[4], 1), f"{width:.1e}", width <= 1e-3,
+                         f"[{r[1]:.5f}, {r[2]:.5f}]", round(os.getloadavg()[0], 1)])
+            print(*rows[-1], r[9], sep="  ", flush=True)
+    header = ["pair", "n = m", "auto ended with", "wall s", "width", "tol met", "bracket",
+              "load"]
+    body = (f"Seeded pairs (benchmarks/wasserstein.py make_case) under method=\"auto\", chordal "
+            f"cost, tol = 1e-3, each in its own process, one after the other. The machine was "
+            f"shared ({os.cpu_count()} CPUs, load average {load0:.1f} at the start; the last "
+            f"column is the load when each case ended): compare the rows with each other, not "
+            f"with another machine.\n\n" + markdown_table(header, rows))
+    print(write("wasserstein", "W2 under \"auto\": broad and concentrated pairs", body))
 
 
 def limit_run(n, dim_e, threads, queue):

@@ -43,8 +43,13 @@ above), its cost and the method that produced it.
     rounded plan's cost above, doubly c-transformed potentials below. ``"sinkhorn"`` is
     accepted as another name for it.
 
-``method="auto"`` picks the fastest that meets ``tol`` (see :func:`w2`) and records why in
-``details["auto"]``.
+The methods are the entries of the registry :data:`W2_METHODS`. ``method="auto"`` walks the
+ordered list :data:`AUTO` of entries, each with an applicability test, and runs the first
+that applies, then the next applicable fallback while the bracket is wider than ``tol``
+(see :func:`w2`); ``details["auto"]`` records why. The iterative solvers stop at a time
+budget given by the deterministic cost model :class:`W2Budget` (seconds per point that
+carries mass), whether "auto" chose them or the caller did; a caller overrides it with
+``max_seconds`` or ``budget=W2Budget(...)``.
 
 References
 ----------
@@ -55,9 +60,13 @@ Mérigot, "A multiscale approach to optimal transport", 2011 (semi-discrete Newt
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..measures import as_point_cloud
+from ..registry import Registry
 from . import circle as _circle
 from . import exact as _exact
 from . import multiscale as _multiscale
@@ -69,11 +78,21 @@ from .limit import W2Curve, coupling_bound
 from .limit import w2_to_limit as _w2_to_limit_clouds
 from .result import W2Result, bracket_result
 
-__all__ = ["W2Result", "W2Curve", "w2", "w2_to_limit", "coupling_bound", "cost_matrix",
-           "COSTS", "METHODS", "AUTO_EXACT_PAIRS", "AUTO_EXACT_FALLBACK_PAIRS"]
-
-METHODS = ("auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn", "quantized",
-           "sparse")
+__all__ = [
+    "AUTO",
+    "AUTO_EXACT_FALLBACK_PAIRS",
+    "AUTO_EXACT_PAIRS",
+    "COSTS",
+    "METHODS",
+    "W2_METHODS",
+    "W2Budget",
+    "W2Curve",
+    "W2Result",
+    "cost_matrix",
+    "coupling_bound",
+    "w2",
+    "w2_to_limit",
+]
 
 #: "auto" solves exactly up to this many pairs n·m (and the multiscale solver beyond): the
 #: crossover measured by benchmarks/wasserstein.py, where the network simplex and the
@@ -88,32 +107,9 @@ MULTISCALE_MIN_TOL = 1e-5
 #: points a side: ~1 minute and 4.5 GB), memory permitting. The
 #: multiscale solver misses tol where the truncated kernel cuts a measure into pieces whose
 #: masses differ on the two sides (two separated concentrations sampled unevenly): its
-#: Sinkhorn sweeps cannot move the difference across (measured: 1500 x 1000 tokens of two
-#: caps, bracket [0.176, 0.210] in 4.6 s around the exact 0.1909, found in 0.44 s).
+#: Sinkhorn sweeps cannot move the difference across.
 AUTO_EXACT_FALLBACK_PAIRS = 100_000_000
-#: "auto" gives the multiscale solver this many seconds per point (n + m, those heavier than
-#: AUTO_HEAVY_WEIGHT), at least
-#: AUTO_MULTISCALE_MIN_SECONDS, before it falls back (a caller's ``max_seconds`` wins). On
-#: broad measures it ends well within that (10^5 clouds a side: 4-13 s; 10^6 tokens against the
-#: 6·256² mesh: 208-308 s, budget 418 s); on two concentrated clouds of 10^5 it ran for more
-#: than 11 minutes without meeting tol or giving up, where the sparse solver takes 78 s.
-AUTO_MULTISCALE_SECONDS_PER_POINT = 3e-4
-AUTO_MULTISCALE_MIN_SECONDS = 30.0
-#: The sparse fallback's time budget under "auto" (a caller's ``max_seconds`` wins), four times
-#: the multiscale one: on clustered clouds its pricing rounds could run for many minutes where
-#: the exact solve between clusterings, the next fallback, closes tol in seconds (16000 tokens
-#: gathered near a great circle against their projection onto it, dim E = 2 at beta = 16,
-#: t = 10: unbounded, the sparse rounds had not ended after 7 minutes on a loaded machine;
-#: with a 60 s budget "auto" returned in 69 s, the clusterings giving a 4e-4 bracket in
-#: 1.8 s). The sparse solves measured to their end (docs/methods.md: 78 s for 10^5 x 10^5
-#: two-cap tokens, 146 s for 10^5 tokens against the ~127,000 cells that carry a concentrated
-#: mesh density) fit in it (~240 s and ~270 s). Past it the sparse bracket so far is kept,
-#: intersected, and the next fallback tried.
-AUTO_SPARSE_SECONDS_PER_POINT = 4 * AUTO_MULTISCALE_SECONDS_PER_POINT
-AUTO_SPARSE_MIN_SECONDS = 4 * AUTO_MULTISCALE_MIN_SECONDS
-#: Points lighter than this (of total mass 1) do not count towards that budget.
-AUTO_HEAVY_WEIGHT = 1e-12
-#: Default target width of the bracket on W2 for the multiscale solver.
+#: Default target width of the bracket on W2 for the iterative solvers.
 DEFAULT_TOL = 1e-3
 
 
@@ -129,6 +125,96 @@ def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", metho
 
         return w2_to_limit_zonal(obj, model, cost)
     return _w2_to_limit_clouds(obj, model, cost, method, bound, **options)
+
+
+@dataclass(frozen=True)
+class W2Budget:
+    r"""The time budgets of the iterative W2 solvers: a deterministic cost model.
+
+    A solve of ``p`` points that carry mass (weight above ``heavy_weight``, both sides
+    together) gets
+
+    .. math:: T = \max(t_\min, s\,p)
+
+    seconds (s, t_min: ``seconds_per_point``, ``min_seconds`` for the circle and multiscale
+    solvers, ``sparse_seconds_per_point``, ``sparse_min_seconds`` for the sparse one), after
+    which it stops with the bracket certified so far (``details["stopped"]`` says so) and
+    "auto" moves on to its next fallback. The budget depends on the problem's size only, so
+    the same call makes the same choices; only a solve that runs out of time depends on the
+    machine. The defaults were fitted on a 2-core machine: broad 10^5-point clouds end in
+    seconds, 10^6 tokens against a 6·256² mesh in 208-308 s of a 418 s budget; the sparse
+    solver gets four times as long (its pricing rounds on 10^5 x 10^5 two-cap tokens took
+    78 s of 240 s, and the fallback after it, between clusterings, is quick). A user on
+    another machine passes ``w2(..., budget=W2Budget(seconds_per_point=...))``, or
+    ``W2Budget(**json.load(f))`` for a profile of their own.
+
+    Parameters
+    ----------
+    seconds_per_point, min_seconds : float
+        The circle and multiscale solvers' s and t_min.
+    sparse_seconds_per_point, sparse_min_seconds : float
+        The sparse solver's.
+    heavy_weight : float
+        Points lighter than this (of total mass 1) do not count: a mesh snapshot of a
+        concentrated density is mostly cells of < 1e-30, which every solver prunes.
+    """
+
+    seconds_per_point: float = 3e-4
+    min_seconds: float = 30.0
+    sparse_seconds_per_point: float = 1.2e-3
+    sparse_min_seconds: float = 120.0
+    heavy_weight: float = 1e-12
+
+    def __post_init__(self):
+        for name in ("seconds_per_point", "min_seconds", "sparse_seconds_per_point",
+                     "sparse_min_seconds", "heavy_weight"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
+                raise ValueError(f"W2Budget.{name} must be a finite number >= 0; got {value!r}")
+
+    def seconds(self, method: str, a: np.ndarray, b: np.ndarray) -> float:
+        """The budget in seconds of ``method`` between weights ``a: (n,)`` and ``b: (m,)``."""
+        heavy = int(np.count_nonzero(a > self.heavy_weight)
+                    + np.count_nonzero(b > self.heavy_weight))
+        if method == "sparse":
+            return max(self.sparse_min_seconds, self.sparse_seconds_per_point * heavy)
+        return max(self.min_seconds, self.seconds_per_point * heavy)
+
+
+#: Methods that take a time budget (the others finish in a time set by their size).
+_TIMED = ("circle", "multiscale", "sparse")
+
+
+@dataclass
+class _Problem:
+    """One W2 call: the two clouds (zero weights dropped, renormalized), the cost, tol, the
+    budget model, the great-circle side if any, and the caller's options."""
+
+    x: np.ndarray
+    a: np.ndarray
+    y: np.ndarray
+    b: np.ndarray
+    cost: str
+    tol: float
+    budget: W2Budget
+    options: dict
+    nu_levels: object = None
+    plane: object = None
+    on_circle: object = None
+
+    @property
+    def n(self):
+        return len(self.a)
+
+    @property
+    def m(self):
+        return len(self.b)
+
+    def max_seconds(self, method):
+        """The caller's max_seconds, else the cost model's budget for ``method``."""
+        if "max_seconds" in self.options:
+            return self.options["max_seconds"]
+        return self.budget.seconds(method, self.a, self.b)
 
 
 def _prepare(mu, nu):
@@ -166,22 +252,6 @@ def _intersect(first, second):
     return r
 
 
-#: The direct solvers: they take no ``max_seconds``, which "auto" then leaves out.
-_NO_TIME_BUDGET = ("exact", "semidiscrete")
-
-
-def _choose(n, m, cost, tol):
-    """The fastest method that meets tol, and why."""
-    if (min(n, m) <= _semidiscrete.SEMIDISCRETE_MAX_ATOMS
-            and n * m <= _semidiscrete.SEMIDISCRETE_MAX_PAIRS):
-        return "semidiscrete", f"min(n, m) = {min(n, m)} atoms: exact semi-discrete solver"
-    if n * m <= AUTO_EXACT_PAIRS:
-        return "exact", f"n*m = {n * m:.1e} <= {AUTO_EXACT_PAIRS:.0e}: the network simplex is faster"
-    if tol < MULTISCALE_MIN_TOL and _exact_fits(n, m, _exact.EXACT_MAX_PAIRS):
-        return "exact", f"tol = {tol:.0e} < {MULTISCALE_MIN_TOL:.0e}: only the exact LP closes the bracket"
-    return "multiscale", f"n*m = {n * m:.1e}: multiscale Sinkhorn to a bracket of width <= {tol:.0e}"
-
-
 def _circle_side(x, y, plane):
     """Which side lies on a great circle: (source, circle side, plane basis) or None.
 
@@ -199,8 +269,186 @@ def _circle_side(x, y, plane):
     return None
 
 
+# ------------------------------------------------------------------------------ the methods
+#: The W2 methods by name: each entry is ``solve(problem, options) -> W2Result``, with
+#: ``options`` the caller's options meant for it.
+W2_METHODS = Registry("W2 method")
+
+
+@W2_METHODS.register("exact")
+def _solve_exact(p, options):
+    return _exact.w2_exact(p.x, p.a, p.y, p.b, p.cost, **options)
+
+
+@W2_METHODS.register("semidiscrete")
+def _solve_semidiscrete(p, options):
+    # The cost is symmetric, so the smaller side can always play the atoms.
+    if p.m <= p.n:
+        return _semidiscrete.w2_semidiscrete(p.x, p.a, p.y, p.b, p.cost, **options)
+    return _semidiscrete.w2_semidiscrete(p.y, p.b, p.x, p.a, p.cost, **options)
+
+
+@W2_METHODS.register("circle")
+def _solve_circle(p, options):
+    if p.on_circle is None:
+        p.on_circle = _circle_side((p.x, p.a), (p.y, p.b), p.plane)
+    if p.on_circle is None:
+        raise ValueError("method='circle' needs one measure on a great circle (all its "
+                         "points within 1e-9 of a plane through 0"
+                         + (", the plane given" if p.plane is not None else "")
+                         + "); use method='auto'")
+    (xs, as_), (yc, bc), U = p.on_circle
+    options["max_seconds"] = p.max_seconds("circle")
+    return _circle.w2_circle(xs, as_, yc, bc, p.cost, plane=U, tol=p.tol, **options)
+
+
+@W2_METHODS.register("multiscale")
+def _solve_multiscale(p, options):
+    options["max_seconds"] = p.max_seconds("multiscale")
+    return _multiscale.w2_multiscale_result(p.x, p.a, p.y, p.b, p.cost, tol=p.tol,
+                                            nu_levels=p.nu_levels, **options)
+
+
+W2_METHODS.register("sinkhorn", _solve_multiscale)
+
+
+@W2_METHODS.register("sparse")
+def _solve_sparse(p, options):
+    options["max_seconds"] = p.max_seconds("sparse")
+    return _sparse.w2_sparse(p.x, p.a, p.y, p.b, p.cost, tol=p.tol, **options)
+
+
+@W2_METHODS.register("quantized")
+def _solve_quantized(p, options):
+    return _quantized.w2_quantized(p.x, p.a, p.y, p.b, p.cost, tol=p.tol, **options)
+
+
+METHODS = ("auto",) + tuple(W2_METHODS.names())
+
+
+# ------------------------------------------------------------------------------- "auto"
+@dataclass(frozen=True)
+class AutoEntry:
+    """One step of "auto": run ``method`` where ``applies(problem)`` returns a reason (None:
+    skip), with the caller's ``options`` named in ``own`` (all when None). ``last``: the
+    walk ends with it whatever its width; ``intersect``: its bracket is intersected with the
+    ones before (a fallback refines them) rather than replacing them (a primary choice)."""
+
+    method: str
+    applies: Callable[[_Problem], str | None]
+    last: bool = False
+    intersect: bool = False
+    own: tuple | None = None
+
+
+def _few_atoms(p):
+    if (min(p.n, p.m) <= _semidiscrete.SEMIDISCRETE_MAX_ATOMS
+            and p.n * p.m <= _semidiscrete.SEMIDISCRETE_MAX_PAIRS):
+        return f"min(n, m) = {min(p.n, p.m)} atoms: exact semi-discrete solver"
+    return None
+
+
+def _exact_first(p):
+    if p.n * p.m <= AUTO_EXACT_PAIRS:
+        return f"n*m = {p.n * p.m:.1e} <= {AUTO_EXACT_PAIRS:.0e}: the network simplex is faster"
+    if p.tol < MULTISCALE_MIN_TOL and _exact_fits(p.n, p.m, _exact.EXACT_MAX_PAIRS):
+        return (f"tol = {p.tol:.0e} < {MULTISCALE_MIN_TOL:.0e}: only the exact LP closes the "
+                "bracket")
+    return None
+
+
+def _on_great_circle(p):
+    if p.cost != "chordal" or min(p.n, p.m) <= _semidiscrete.SEMIDISCRETE_MAX_ATOMS:
+        return None
+    p.on_circle = _circle_side((p.x, p.a), (p.y, p.b), p.plane)
+    if p.on_circle is None:
+        return None
+    if p.tol < MULTISCALE_MIN_TOL and _exact_first(p) is not None:
+        return None  # only the exact LP closes such a tol
+    return "one side lies on a great circle: the planar circle solver"
+
+
+def _beyond_exact(p):
+    return f"n*m = {p.n * p.m:.1e}: multiscale Sinkhorn to a bracket of width <= {p.tol:.0e}"
+
+
+def _always_sparse(p):
+    return "the network simplex on a priced sparse support"
+
+
+def _chordal_clusterings(p):
+    return "the exact solve between clusterings" if p.cost == "chordal" else None
+
+
+def _exact_fallback(p):
+    if _exact_fits(p.n, p.m, AUTO_EXACT_FALLBACK_PAIRS):
+        return f"the exact LP (n*m = {p.n * p.m:.1e} <= {AUTO_EXACT_FALLBACK_PAIRS:.0e})"
+    return None
+
+
+#: The ordered entries of "auto": semidiscrete against a few atoms; for the chordal cost the
+#: circle solver when a side lies on a great circle (its options: rounds, verbose,
+#: max_seconds); the exact LP up to ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory
+#: allows); the multiscale solver; then, while the bracket is wider than tol, the sparse
+#: solver, the exact solve between clusterings (chordal) and the exact LP up to
+#: ``AUTO_EXACT_FALLBACK_PAIRS``.
+AUTO = (
+    AutoEntry("semidiscrete", _few_atoms, last=True),
+    AutoEntry("circle", _on_great_circle, own=("rounds", "verbose", "max_seconds")),
+    AutoEntry("exact", _exact_first, last=True),
+    AutoEntry("multiscale", _beyond_exact),
+    AutoEntry("sparse", _always_sparse, intersect=True, own=("seed", "max_seconds")),
+    AutoEntry("quantized", _chordal_clusterings, intersect=True, own=("seed",)),
+    AutoEntry("exact", _exact_fallback, last=True, own=()),
+)
+
+
+def _entry_options(entry, p, taken):
+    """The caller's options that ``entry`` receives: its own, or (a primary solver) all that
+    no earlier entry consumed (the circle's rounds are its own)."""
+    if entry.own is not None:
+        return {k: p.options[k] for k in entry.own if k in p.options}
+    opts = {k: v for k, v in p.options.items() if k not in taken}
+    if entry.method in ("exact", "semidiscrete") and "max_seconds" in opts:
+        opts.pop("max_seconds")
+    return opts
+
+
+def _auto(p):
+    """Walk :data:`AUTO`: the first applicable entry, then the next applicable ones while the
+    bracket misses tol. ``details["auto"]`` says what ran and why."""
+    result, reason, taken = None, "", set()
+    for entry in AUTO:
+        if result is None and entry.intersect:
+            continue  # a fallback refines a bracket; there is none yet
+        why = entry.applies(p)
+        if why is None:
+            continue
+        r = W2_METHODS.get(entry.method)(p, _entry_options(entry, p, taken))
+        if entry.method == "circle":
+            taken.add("rounds")
+        if result is None:
+            reason = why
+        else:
+            width = result.upper - result.lower
+            stop = f" ({result.details['stopped']})" if "stopped" in result.details else ""
+            reason += f"; its bracket {width:.1e} > tol = {p.tol:.0e}{stop}, so {why}"
+            if entry.intersect:
+                reason += f" (bracket {r.upper - r.lower:.1e})"
+        if entry.method in ("exact", "semidiscrete") and entry.own is None \
+                and "max_seconds" in p.options:
+            # A time budget bounds the iterative solvers; the direct ones finish in a time
+            # set by their size, so the budget is not theirs.
+            reason += " (max_seconds applies to the iterative solvers only; not used)"
+        result = _intersect(result, r) if entry.intersect else r
+        if entry.last or result.upper - result.lower <= p.tol:
+            break
+    result.details["auto"] = reason
+    return result
+
+
 def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = None,
-       **options) -> W2Result:
+       budget: W2Budget | None = None, **options) -> W2Result:
     r"""Wasserstein-2 distance between two measures on S^{d-1}, with a certified bracket.
 
     Parameters
@@ -211,39 +459,42 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     cost : {"chordal", "geodesic"}
         :math:`|x-y|^2` or :math:`\arccos(\langle x,y\rangle)^2`.
     method : str
-        One of "auto", "exact", "semidiscrete", "circle", "multiscale", "sinkhorn",
-        "quantized", "sparse". "sinkhorn" is the multiscale solver. "auto" picks semidiscrete against at most 64
-        atoms; then, for the chordal cost, circle when a side lies on a great circle (in
-        ``plane`` when given) unless tol < 1e-5 asks for the exact LP, falling back to the
-        next choice when its bracket is wider than tol; exact up to n·m =
-        ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory allows), multiscale beyond,
-        and, when the multiscale bracket is wider than tol, the network simplex on a priced
-        sparse support ("sparse"), then the exact solve between clusterings ("quantized",
-        chordal), each bracket intersected with the ones before, and if that still misses
-        tol the exact LP up to n·m = ``AUTO_EXACT_FALLBACK_PAIRS``; ``details["auto"]`` says
-        why.
+        A name in :data:`W2_METHODS` ("sinkhorn" is the multiscale solver), or "auto", which
+        walks :data:`AUTO`: semidiscrete against at most 64 atoms; then, for the chordal
+        cost, circle when a side lies on a great circle (in ``plane`` when given) unless
+        tol < 1e-5 asks for the exact LP, falling back to the next choice when its bracket is
+        wider than tol; exact up to n·m = ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory
+        allows), multiscale beyond, and, when the multiscale bracket is wider than tol, the
+        network simplex on a priced sparse support ("sparse"), then the exact solve between
+        clusterings ("quantized", chordal), each bracket intersected with the ones before,
+        and if that still misses tol the exact LP up to n·m = ``AUTO_EXACT_FALLBACK_PAIRS``;
+        ``details["auto"]`` says why.
     tol : float, optional
-        Target width ``upper - lower`` of the bracket on W2 (default 1e-3) for the multiscale
-        solver; the exact solvers close it to round-off.
+        Target width ``upper - lower`` of the bracket on W2 (default 1e-3) for the iterative
+        solvers; the exact solvers close it to round-off.
+    budget : W2Budget, optional
+        The cost model of the iterative solvers' time budgets (default ``W2Budget()``). The
+        circle, multiscale and sparse solvers stop at it, chosen by "auto" or by name, with
+        the bracket certified so far and ``details["stopped"]`` saying so.
     **options
         exact: ``numItermax``. semidiscrete: ``gap_tol`` (certificate gap on W2^2).
         circle: ``plane`` ((d, 2) basis of the circle's plane; also steers "auto"),
-        ``rounds`` (plan/dual alternations at most), ``max_seconds`` (start no round that
-        would end after this long; under "auto" the same budget as the fallback's).
+        ``rounds`` (plan/dual alternations at most), ``max_seconds``.
         multiscale: ``epsilon`` (final ε instead of the tol-driven schedule), ``theta``
-        (truncation), ``max_iter`` (per final stage), ``max_seconds`` (give up after this
-        long with the bracket so far; under "auto" by default 3e-4 s per point, at least
-        30 s, before the fallbacks; "auto" drops it when it picks a direct solver), ``check_chunk`` (iterations before the
-        first bracket test), ``quantize`` (largest quantization error of a side stopped at a
-        clustering; default from tol and a coarse lower bound on W2, and 1.5 tol for a side
-        of more than 500,000 points; recorded in ``details["quantize"]``), ``newton`` (solve the
-        final levels' stages by Newton instead of Sinkhorn sweeps; default when a side has 32768
-        points), ``prune`` (largest mass of a side's lightest points left out of the solve; the
-        bracket is widened by what it can move W2), ``seed``, ``verbose``.
+        (truncation), ``max_iter`` (per final stage), ``max_seconds``, ``check_chunk``
+        (iterations before the first bracket test), ``quantize`` (largest quantization error
+        of a side stopped at a clustering; default from tol and a coarse lower bound on W2,
+        and 1.5 tol for a side of more than 500,000 points; recorded in
+        ``details["quantize"]``), ``newton`` (solve the final levels' stages by Newton
+        instead of Sinkhorn sweeps; default when a side has 32768 points), ``prune`` (largest
+        mass of a side's lightest points left out of the solve; the bracket is widened by
+        what it can move W2), ``seed``, ``verbose``.
         quantized: ``max_pairs`` (cluster pairs given to the network simplex; default
         ``QUANTIZED_MAX_PAIRS``, capped by half the free memory), ``seed``.
-        sparse: ``k`` (neighbours per point in the supports), ``max_seconds`` (stop the
-        pricing rounds after this long, with the bracket so far), ``seed``.
+        sparse: ``k`` (neighbours per point in the supports), ``max_seconds``, ``seed``.
+        ``max_seconds`` (the iterative solvers) overrides the budget; None: no limit. The
+        direct solvers (exact, semidiscrete, quantized) reject it, and "auto" leaves it out
+        where it picks them.
 
     Returns
     -------
@@ -259,96 +510,18 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     W2Result(1.414213562, cost='chordal', method='semidiscrete', error=0.0e+00)
     """
     check_cost(cost)
-    if method not in METHODS:
+    if method != "auto" and method not in W2_METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(map(repr, METHODS))}")
     tol = DEFAULT_TOL if tol is None else float(tol)
     if not tol > 0:
         raise ValueError(f"tol must be > 0 (a bracket width on W2); got {tol!r}")
+    if budget is not None and not isinstance(budget, W2Budget):
+        raise TypeError(f"budget must be a W2Budget; got {type(budget).__name__}")
     (x, a), (y, b) = _prepare(mu, nu)
-    n, m = len(a), len(b)
-    # A clustering of nu computed once by a caller that compares many measures to the same nu
-    # (w2_to_limit); only the multiscale solver uses it.
-    nu_levels = options.pop("nu_levels", None)
-    plane = options.pop("plane", None)
-    reason = None
-    on_circle = None
-    if method == "circle" or (method == "auto" and cost == "chordal"
-                              and min(n, m) > _semidiscrete.SEMIDISCRETE_MAX_ATOMS):
-        on_circle = _circle_side((x, a), (y, b), plane)
-        if method == "circle" and on_circle is None:
-            raise ValueError("method='circle' needs one measure on a great circle (all its "
-                             "points within 1e-9 of a plane through 0"
-                             + (", the plane given" if plane is not None else "")
-                             + "); use method='auto'")
+    # nu_levels: a clustering of nu computed once by a caller that compares many measures to
+    # the same nu (w2_to_limit); only the multiscale solver uses it.
+    p = _Problem(x, a, y, b, cost, tol, budget or W2Budget(), options,
+                 nu_levels=options.pop("nu_levels", None), plane=options.pop("plane", None))
     if method == "auto":
-        # the circle solver iterates: a time budget is its even where the fallback is direct
-        copts = {k: options[k] for k in ("rounds", "verbose", "max_seconds") if k in options}
-        method, reason = _choose(n, m, cost, tol)
-        if method in _NO_TIME_BUDGET and "max_seconds" in options:
-            # A time budget bounds the iterative solvers that "auto" may pick; the direct ones
-            # it picked instead finish in a time set by their size, so the budget is not theirs.
-            options.pop("max_seconds")
-            reason += " (max_seconds applies to the iterative solvers only; not used)"
-        if on_circle is not None and (tol >= MULTISCALE_MIN_TOL or method == "multiscale"):
-            fallback, why = method, reason
-            (xs, as_), (yc, bc), U = on_circle
-            # only the circle solver's own options (copts): the others belong to the fallback
-            r = _circle.w2_circle(xs, as_, yc, bc, cost, plane=U, tol=tol, **copts)
-            reason = "one side lies on a great circle: the planar circle solver"
-            if r.upper - r.lower <= tol:
-                r.details["auto"] = reason
-                return r
-            stop = f" ({r.details['stopped']})" if "stopped" in r.details else ""
-            reason += (f", whose bracket {r.upper - r.lower:.1e} > tol = {tol:.0e}{stop}; "
-                       "then " + why)
-            method = fallback
-            options.pop("rounds", None)
-    if method == "sinkhorn":
-        method = "multiscale"
-    if method == "circle":
-        (xs, as_), (yc, bc), U = on_circle
-        r = _circle.w2_circle(xs, as_, yc, bc, cost, plane=U, tol=tol, **options)
-    elif method == "exact":
-        r = _exact.w2_exact(x, a, y, b, cost, **options)
-    elif method == "quantized":
-        r = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, **options)
-    elif method == "sparse":
-        r = _sparse.w2_sparse(x, a, y, b, cost, tol=tol, **options)
-    elif method == "semidiscrete":
-        # The cost is symmetric, so the smaller side can always play the atoms.
-        r = (_semidiscrete.w2_semidiscrete(x, a, y, b, cost, **options) if m <= n
-             else _semidiscrete.w2_semidiscrete(y, b, x, a, cost, **options))
-    else:
-        sparse_seconds = options.get("max_seconds")
-        if reason is not None and "max_seconds" not in options:
-            # points that carry mass (a mesh snapshot of a concentrated density is mostly
-            # cells of < 1e-30, which every solver prunes)
-            heavy = int(np.count_nonzero(a > AUTO_HEAVY_WEIGHT)
-                        + np.count_nonzero(b > AUTO_HEAVY_WEIGHT))
-            options["max_seconds"] = max(AUTO_MULTISCALE_MIN_SECONDS,
-                                         AUTO_MULTISCALE_SECONDS_PER_POINT * heavy)
-            sparse_seconds = max(AUTO_SPARSE_MIN_SECONDS, AUTO_SPARSE_SECONDS_PER_POINT * heavy)
-        r = _multiscale.w2_multiscale_result(x, a, y, b, cost, tol=tol, nu_levels=nu_levels,
-                                             **options)
-        if reason is not None and r.upper - r.lower > tol:
-            width = r.upper - r.lower
-            q = _sparse.w2_sparse(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0),
-                                  max_seconds=sparse_seconds)
-            why = (f" (it gave up: {r.details['stopped']})" if "stopped" in r.details else "")
-            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}{why}, so the network "
-                       f"simplex on a priced sparse support (bracket {q.upper - q.lower:.1e})")
-            r = _intersect(r, q)
-        if reason is not None and r.upper - r.lower > tol and cost == "chordal":
-            width = r.upper - r.lower
-            q = _quantized.w2_quantized(x, a, y, b, cost, tol=tol, seed=options.get("seed", 0))
-            reason += (f"; still {width:.1e} > tol = {tol:.0e}, so the exact solve "
-                       f"between clusterings (bracket {q.upper - q.lower:.1e})")
-            r = _intersect(r, q)
-        if reason is not None and r.upper - r.lower > tol and _exact_fits(n, m, AUTO_EXACT_FALLBACK_PAIRS):
-            width = r.upper - r.lower
-            r = _exact.w2_exact(x, a, y, b, cost)  # options were the multiscale solver's
-            reason += (f"; its bracket {width:.1e} > tol = {tol:.0e}, so the exact LP "
-                       f"(n*m = {n * m:.1e} <= {AUTO_EXACT_FALLBACK_PAIRS:.0e})")
-    if reason is not None:
-        r.details["auto"] = reason
-    return r
+        return _auto(p)
+    return W2_METHODS.get(method)(p, dict(options))

@@ -38,6 +38,7 @@ Kitagawa, Mérigot & Thibert, J. Eur. Math. Soc. 21 (2019) (semi-discrete Newton
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
@@ -338,6 +339,105 @@ def _best_shift(order, a, P, h, b, Y, guess, width, scan=16):
 
 
 # --------------------------------------------------------------------------- the solver
+@dataclass
+class _Planar:
+    """The planar problem of :func:`w2_circle`, rotated so that angle 0 falls in the widest
+    gap between the atoms: atoms at angles ``th: (m,)`` (sorted) with masses ``bj: (m,)`` and
+    unit vectors ``Yr: (m, 2)``; sources projected to ``pr: (n, 2)``, of radius ``r: (n,)``,
+    angle ``alpha: (n,)`` and squared distance ``h: (n,)`` to the plane; ``dy`` how far the
+    given atoms lie from the circle; ``U: (d, 2)`` the plane's basis."""
+
+    th: np.ndarray
+    bj: np.ndarray
+    Yr: np.ndarray
+    pr: np.ndarray
+    h: np.ndarray
+    r: np.ndarray
+    alpha: np.ndarray
+    dy: float
+    U: np.ndarray
+
+
+def _circle_plane(y, plane, d):
+    """The basis (d, 2) of the plane that holds the circle side y (fitted when plane is None);
+    ValueError when y is not on it."""
+    if plane is None:
+        U = great_circle_plane(y)
+        if U is None:
+            raise ValueError("method='circle' needs the second measure on a great circle (all "
+                             "its points in a plane through 0); pass plane= or another method")
+    else:
+        U = _check_plane(plane, d)
+    off = y - (y @ U) @ U.T
+    err = float(np.sqrt(np.max(np.einsum("md,md->m", off, off))))
+    if err > CIRCLE_PLANE_ATOL:
+        raise ValueError(f"the circle side is not on the great circle of plane: a point lies "
+                         f"{err:.1e} away from it (> {CIRCLE_PLANE_ATOL:.0e}); pass the plane "
+                         "that holds it, or use method='multiscale'")
+    return U
+
+
+def _planar(x, y, b, U):
+    """The :class:`_Planar` problem of sources x (n, d) and atoms y (m, d), masses b."""
+    m = len(b)
+    Y2 = y @ U
+    theta = np.arctan2(Y2[:, 1], Y2[:, 0]) % TWO_PI
+    ths = np.sort(theta)
+    if m > 1:
+        gaps = np.diff(np.concatenate([ths, [ths[0] + TWO_PI]]))
+        k = int(np.argmax(gaps))
+        cut = ths[k] + 0.5 * gaps[k]
+    else:
+        cut = ths[0] + np.pi
+    theta = (theta - cut) % TWO_PI
+    ob = np.argsort(theta, kind="stable")
+    th, bj = theta[ob], b[ob]
+    Yr = np.stack([np.cos(th), np.sin(th)], axis=1)
+    # The bounds are exact for atoms exactly on the circle (Yr); the given ones are within dy
+    # of them, and |c(x, y) - c(x, y')| <= 4 |y - y'| widens the bracket by that.
+    ybar = np.stack([np.cos(theta + cut), np.sin(theta + cut)], axis=1) @ U.T
+    dy = float(np.sqrt(np.max(np.einsum("md,md->m", y - ybar, y - ybar))))
+    p = x @ U
+    xperp = x - p @ U.T
+    h = np.einsum("nd,nd->n", xperp, xperp)
+    cs, sn = np.cos(cut), np.sin(cut)
+    pr = np.ascontiguousarray(np.stack([cs * p[:, 0] + sn * p[:, 1], -sn * p[:, 0] + cs * p[:, 1]], 1))
+    r = np.minimum(np.hypot(pr[:, 0], pr[:, 1]), 1.0)
+    alpha = np.arctan2(pr[:, 1], pr[:, 0]) % TWO_PI
+    return _Planar(th, bj, Yr, pr, h, r, alpha, dy, U)
+
+
+def _phi_transform(P, mx, owner, atom, rank, ot_):
+    """psi2 = phi^c on the atoms, exact, for phi = c - max of the sinusoids ``mx`` (n,): it
+    is >= psi and raises the dual value. ``rank``/``ot_``: the sources' order in radius bands
+    sorted by angle, whose blocks hold similar radii (their bounds then prune well);
+    ``owner``/``atom``: where the last transform sent each, the searches' starts."""
+    w = -mx  # c(x_i, y) - phi_i = -(2 r cos(t - alpha) + w_i)
+    init = rank[owner]
+    init[atom] = rank
+    mx2, _ = _max_sinusoid(P.alpha[ot_], P.r[ot_], w[ot_], P.th, np.ones(len(P.th)), init, 16)
+    return -mx2
+
+
+def _dual_targets(P, psi, atom):
+    """Where the dual psi sends each source: its best atom ``atom`` (n,), refined by one
+    Newton step of t -> 2 r cos(t - alpha) + psi(t), kept within a quarter of the spacing to
+    the atom's neighbours. Returns the angles (n,)."""
+    th, r, alpha = P.th, P.r, P.alpha
+    ta = th[atom]
+    m = len(th)
+    if m > 2:
+        nxt, prv = np.roll(np.arange(m), -1), np.roll(np.arange(m), 1)
+        span = (th[nxt] - th[prv]) % TWO_PI
+        slope = (psi[nxt] - psi[prv]) / np.where(span > 0, span, 1.0)
+        d1 = -2.0 * r * np.sin(ta - alpha) + slope[atom]
+        d2 = 2.0 * r * np.cos(ta - alpha)
+        step = np.where(d2 > 0, d1 / np.where(d2 > 0, d2, 1.0), 0.0)
+        quarter = 0.25 * span[atom]
+        ta = ta + np.clip(step, -quarter, quarter)
+    return ta
+
+
 def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_seconds=None,
               verbose=False, **unused):
     r"""W2 between x (n, d) with weights a and atoms y (m, d) on a great circle, bracketed.
@@ -382,44 +482,9 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
     b = np.asarray(b, dtype=np.float64)
     n, d = x.shape
     m = len(b)
-    if plane is None:
-        U = great_circle_plane(y)
-        if U is None:
-            raise ValueError("method='circle' needs the second measure on a great circle (all "
-                             "its points in a plane through 0); pass plane= or another method")
-    else:
-        U = _check_plane(plane, d)
-    off = y - (y @ U) @ U.T
-    err = float(np.sqrt(np.max(np.einsum("md,md->m", off, off))))
-    if err > CIRCLE_PLANE_ATOL:
-        raise ValueError(f"the circle side is not on the great circle of plane: a point lies "
-                         f"{err:.1e} away from it (> {CIRCLE_PLANE_ATOL:.0e}); pass the plane "
-                         "that holds it, or use method='multiscale'")
-    # ---- the planar problem, rotated so that angle 0 falls in the widest gap between atoms
-    Y2 = y @ U
-    theta = np.arctan2(Y2[:, 1], Y2[:, 0]) % TWO_PI
-    ths = np.sort(theta)
-    if m > 1:
-        gaps = np.diff(np.concatenate([ths, [ths[0] + TWO_PI]]))
-        k = int(np.argmax(gaps))
-        cut = ths[k] + 0.5 * gaps[k]
-    else:
-        cut = ths[0] + np.pi
-    theta = (theta - cut) % TWO_PI
-    ob = np.argsort(theta, kind="stable")
-    th, bj = theta[ob], b[ob]
-    Yr = np.stack([np.cos(th), np.sin(th)], axis=1)
-    # The bounds are exact for atoms exactly on the circle (Yr); the given ones are within dy
-    # of them, and |c(x, y) - c(x, y')| <= 4 |y - y'| widens the bracket by that.
-    ybar = np.stack([np.cos(theta + cut), np.sin(theta + cut)], axis=1) @ U.T
-    dy = float(np.sqrt(np.max(np.einsum("md,md->m", y - ybar, y - ybar))))
-    p = x @ U
-    xperp = x - p @ U.T
-    h = np.einsum("nd,nd->n", xperp, xperp)
-    cs, sn = np.cos(cut), np.sin(cut)
-    pr = np.ascontiguousarray(np.stack([cs * p[:, 0] + sn * p[:, 1], -sn * p[:, 0] + cs * p[:, 1]], 1))
-    r = np.minimum(np.hypot(pr[:, 0], pr[:, 1]), 1.0)
-    alpha = np.arctan2(pr[:, 1], pr[:, 0]) % TWO_PI
+    U = _circle_plane(y, plane, d)
+    P = _planar(x, y, b, U)
+    th, bj, Yr, pr, h, r, alpha = P.th, P.bj, P.Yr, P.pr, P.h, P.r, P.alpha
     timings = {}
     # ---- 1. the angular quantile coupling at its best shift
     oa = np.argsort(alpha, kind="stable")
@@ -459,27 +524,12 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
         if not closed():
             # psi2 = phi^c >= psi raises the dual value; it costs more than psi^c (sources of
             # small radius tie over long arcs), so only when the bracket asks for it
-            w = -mx  # c(x_i, y) - phi_i = -(2 r cos(t - alpha) + w_i)
-            init = rank[owner]
-            init[atom] = rank
-            mx2, _ = _max_sinusoid(alpha[ot_], r[ot_], w[ot_], th, ones_m, init, 16)
-            psi = -mx2
+            psi = _phi_transform(P, mx, owner, atom, rank, ot_)
             lower = max(lower, float(a @ phi) + float(bj @ psi))
         if closed():
             history.append((lower, upper))
             break
-        ta = th[atom]
-        if m > 2:
-            nxt, prv = np.roll(np.arange(m), -1), np.roll(np.arange(m), 1)
-            span = (th[nxt] - th[prv]) % TWO_PI
-            slope = (psi[nxt] - psi[prv]) / np.where(span > 0, span, 1.0)
-            # one Newton step of t -> 2 r cos(t - alpha) + psi(t) from the best atom, kept
-            # within a quarter of the spacing to its neighbours
-            d1 = -2.0 * r * np.sin(ta - alpha) + slope[atom]
-            d2 = 2.0 * r * np.cos(ta - alpha)
-            step = np.where(d2 > 0, d1 / np.where(d2 > 0, d2, 1.0), 0.0)
-            quarter = 0.25 * span[atom]
-            ta = ta + np.clip(step, -quarter, quarter)
+        ta = _dual_targets(P, psi, atom)
         od = np.argsort(ta, kind="stable")
         # sorted by where the dual sends them, the sources line up with their atoms: a few
         # masses either side of the offset that says so is enough
@@ -504,11 +554,11 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
             stalled = 0
         order, shift, atom = od, c_dual, first_d
     timings["rounds"] = time.perf_counter() - t0 - timings["quantile"]
-    lower -= 4.0 * dy
-    upper += 4.0 * dy
+    lower -= 4.0 * P.dy
+    upper += 4.0 * P.dy
     details = {"n": n, "m": m, "rounds": len(history), "history": history,
                "upper_quantile": up_quantile, "upper_dual_order": up_dual,
-               "atom_offset": dy, "seconds": time.perf_counter() - t0, "timings": timings,
+               "atom_offset": P.dy, "seconds": time.perf_counter() - t0, "timings": timings,
                "plane": U}
     if stopped is not None:
         details["stopped"] = stopped

@@ -48,6 +48,7 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ._hierarchy import _lower_bound, _morton_keys, _northwest_pairs, _prune, _widen
 from .costs import c_transform, cost_diameter, geodesic_from_chordal
 from .newton import newton_columns, softmin_row
 from .search import ConeTree
@@ -90,6 +91,14 @@ QUANTIZE_MIN_POINTS = 500_000
 QUANTIZE_TOL = 1.5
 #: New support searches at a final stage whose Newton solve stalled (see newton.STALL_STEPS).
 NEWTON_RESEARCH = 3
+#: A final Sinkhorn stage whose bracket stalls while its marginal error (L1) is above
+#: RESEARCH_ERR searches its truncated support again from the potentials it has reached (at
+#: most RESEARCH times) instead of passing them on to the next ε: the support was searched
+#: from potentials whose error grows with the transport distance over the cluster spacing,
+#: and a stage started from unconverged marginals ends further off (two vMF clouds 45 degrees
+#: apart, W2 = 0.57: 0.016, 0.024, 0.058, 0.37, then the continuation broke down).
+RESEARCH = 3
+RESEARCH_ERR = 1e-3
 #: The solve gives up when this many stages in a row end with a marginal error (L1) above
 #: DIVERGED_ERR: the coarse-to-fine continuation has broken down (concentrated measures, where
 #: each point keeps one or two partners; see docs/methods.md), and every later stage only
@@ -518,50 +527,6 @@ RESIDUAL_EXACT_PAIRS = 250_000
 
 
 @nb.njit(cache=True)
-def _morton_keys(points, bits):
-    """Z-order (Morton) keys of points in [-1, 1]^d, ``bits`` bits per coordinate."""
-    n, d = points.shape
-    keys = np.zeros(n, np.int64)
-    scale = (1 << bits) - 1
-    for i in range(n):
-        key = 0
-        q = np.empty(d, np.int64)
-        for t in range(d):
-            q[t] = int(min(max((points[i, t] + 1.0) * 0.5, 0.0), 1.0) * scale)
-        for bit in range(bits - 1, -1, -1):
-            for t in range(d):
-                key = (key << 1) | ((q[t] >> bit) & 1)
-        keys[i] = key
-    return keys
-
-
-@nb.njit(cache=True)
-def _northwest_pairs(r, c):
-    """The north-west-corner coupling of r and c (same total, in the given orders): its
-    pairs (rows, cols) and masses, at most len(r) + len(c) - 1 of them."""
-    rows = np.empty(r.size + c.size, np.int64)
-    cols = np.empty(r.size + c.size, np.int64)
-    mass = np.empty(r.size + c.size)
-    i, j, p = 0, 0, 0
-    ri, cj = r[0], c[0]
-    while i < r.size and j < c.size:
-        t = min(ri, cj)
-        rows[p], cols[p], mass[p] = i, j, t
-        p += 1
-        ri -= t
-        cj -= t
-        if ri <= cj:
-            i += 1
-            if i < r.size:
-                ri = r[i]
-        else:
-            j += 1
-            if j < c.size:
-                cj = c[j]
-    return rows[:p], cols[:p], mass[:p]
-
-
-@nb.njit(cache=True)
 def _northwest_cost(P, op, Q, oq, r, c, geodesic):
     """Cost of the north-west-corner coupling of r (on P, in order) and c (on Q, in order),
     both of the same total: a feasible coupling, cheap when the orders follow space."""
@@ -623,27 +588,6 @@ def _residual_cost(X, err_r, Y, err_c, E, cost):
     return min(product, nw * E)
 
 
-def _lower_bound(XF, YF, f, cost, hints=None, twice=True):
-    """<a, f^cc> + <b, f^c> for a potential f on the points of the full level XF (weak
-    duality); YF is the other cloud's full level. twice=False stops at <a, f> + <b, f^c>
-    (also dual-feasible), for when the second transform is the expensive one. hints:
-    (support between XF and YF, "x" or "y" the side of XF in it), whose best partners start
-    the searches."""
-    if not np.all(np.isfinite(f)):
-        return -np.inf  # a diverged potential certifies nothing
-    # The bound does not depend on the gauge f + s (the weights sum to 1); centring keeps
-    # c - f at the precision of c.
-    f = f - np.mean(f)
-    other = None if hints is None else ("y" if hints[1] == "x" else "x")
-    init = None if hints is None else hints[0].best_partner(other, f)
-    g, _ = c_transform(XF.points, f, YF.points, cost, tree=XF.tree, init=init)
-    if not twice:
-        return float(XF.weights @ f + YF.weights @ g)
-    init = None if hints is None else hints[0].best_partner(hints[1], g)
-    f2, _ = c_transform(YF.points, g, XF.points, cost, tree=YF.tree, init=init)
-    return float(XF.weights @ f2 + YF.weights @ g)
-
-
 def _extend(Y, vp, YF, own, other, P, X):
     r"""A potential on the points of YF from the potential vp of its clustering Y, to first
     order: :math:`g(y) = v'_l + 2\langle x^*_l, \bar y_l - y\rangle` for y in cluster l,
@@ -696,34 +640,6 @@ def _bracket(XF, YF, X, Y, S, u, v, eps, cost, lower_too=True, side=None):
 
 
 # ---------------------------------------------------------------------------------- driver
-def _prune(x, a, tau):
-    r"""The cloud without its lightest points, of total mass t <= tau, renormalized; and t.
-
-    The pruned measure :math:`\mu' = \mu|_K / (1 - t)` is within
-    :math:`W_2(\mu, \mu') \le \sqrt{D t}` of μ (D the cost's diameter): keep the kept mass
-    in place and move the pruned mass t anywhere. So a bracket on :math:`W_2(\mu', \nu')`
-    widened by these two distances (triangle inequality) is a bracket on :math:`W_2(\mu, \nu)`.
-    """
-    if tau <= 0:
-        return x, a, 0.0
-    order = np.argsort(a, kind="stable")
-    k = int(np.searchsorted(np.cumsum(a[order]), tau, side="right"))
-    if k == 0:
-        return x, a, 0.0
-    keep = np.sort(order[k:])
-    t = float(a[order[:k]].sum())
-    return x[keep], a[keep] / a[keep].sum(), t
-
-
-def _widen(lower, upper, slack):
-    """A bracket (lower, upper) on W2^2 between the pruned measures, widened into one between
-    the original measures: each pruned side is within its share of ``slack`` of its original
-    in W2 (:func:`_prune`; triangle inequality). -inf stays -inf (no lower bound yet)."""
-    if lower > -np.inf:
-        lower = max(np.sqrt(max(lower, 0.0)) - slack, 0.0) ** 2
-    return lower, (np.sqrt(max(upper, 0.0)) + slack) ** 2
-
-
 def _keep_best(lower, upper, resid, lo, hi, res):
     """Each bound is valid on its own: keep the best of each (with the upper one's residual
     mass), and the width sqrt(U) - sqrt(L) on W2."""
@@ -773,6 +689,150 @@ def _quantization_budget(X0, Y0, tol, quantize):
                   numItermax=10_000_000)
     w2_low = max(np.sqrt(max(float(val), 0.0)) - quantization_error(X0) - quantization_error(Y0), 0.0)
     return max(tol / 2, np.sqrt(tol * w2_low / 4)), w2_low
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the stages of one solve read: the original clouds' full levels XF, YF, the cost,
+    the truncation theta, the iteration settings of the final stages, the target width tol
+    on W2 (tol less the pruning's slack), the deadline (perf_counter seconds or None), the
+    start time t0 and verbosity."""
+
+    XF: Level
+    YF: Level
+    cost: str
+    theta: float
+    max_iter: int
+    check_chunk: int
+    omega: float
+    tol: float
+    deadline: float | None
+    t0: float
+    verbose: bool
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+
+def _final_levels(hx, hy, tol, quantize, geodesic):
+    """The levels (fx, fy) the solve ends at, the quantization budgets (bx, by) of the two
+    sides (None for the geodesic cost, whose sides end at their points) and the coarse lower
+    bound w2_low on W2 (see :func:`_quantization_budget`)."""
+    if geodesic:
+        return len(hx) - 1, len(hy) - 1, None, None, 0.0
+    budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
+    bx = by = budget
+    fx, fy = _final_level(hx, budget), _final_level(hy, budget)
+    if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
+        # W2 may be ~0: keep one side at its points so that the lower bound starts from
+        # real potentials.
+        if hx[fx].n >= hy[fy].n:
+            fx = len(hx) - 1
+        else:
+            fy = len(hy) - 1
+    if quantize is None and max(hx[-1].n, hy[-1].n) > QUANTIZE_MIN_POINTS:
+        # The larger side, left at its points, stops at its finest clustering of at most
+        # QUANTIZE_MIN_POINTS clusters (the smallest quantization error that still
+        # avoids the stall), if that error is within QUANTIZE_TOL * tol and the other
+        # side is at its points (the lower bound needs one side there).
+        big, f_big, f_other = (hx, fx, fy) if hx[-1].n >= hy[-1].n else (hy, fy, fx)
+        other = hy if big is hx else hx
+        fine = [k for k, L in enumerate(big) if not L.full and L.n <= QUANTIZE_MIN_POINTS]
+        if (big[f_big].full and other[f_other].full and fine
+                and quantization_error(big[fine[-1]]) <= QUANTIZE_TOL * tol):
+            if big is hx:
+                fx, bx = fine[-1], QUANTIZE_TOL * tol
+            else:
+                fy, by = fine[-1], QUANTIZE_TOL * tol
+    return fx, fy, bx, by, w2_low
+
+
+def _final_stage(run, S, X, Y, u, v, eps, best):
+    """One final stage by Sinkhorn sweeps in growing chunks, stopped as soon as the bracket is
+    narrow enough (the plan's marginal error says nothing about the width by itself), when
+    it stalls, or at the deadline. u, v are updated in place; best = (lower, upper,
+    residual) is the bracket kept so far. Returns (support, iterations, marginal error,
+    this stage's lower, upper, residual, (lower, upper, residual, width) kept)."""
+    lower, upper, resid = best
+    chunk, it_stage, om = run.check_chunk, 0, run.omega
+    prev_width = np.inf
+    researched = 0
+    while True:
+        it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
+        it_stage += it
+        # The lower bound settles within the first chunk; after that only the
+        # upper one moves, and the lower one is recomputed when the stage ends.
+        last_chunk = err <= 1e-5 or it_stage >= run.max_iter
+        lo, hi, res = _bracket(run.XF, run.YF, X, Y, S, u, v, eps, run.cost,
+                               lower_too=chunk == run.check_chunk or last_chunk)
+        lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
+        # This stage's own width: the kept best may come from an earlier stage and
+        # then says nothing about whether this one still progresses.
+        stage_width = np.sqrt(max(hi, 0)) - np.sqrt(max(min(lower, hi), 0))
+        if run.verbose:
+            print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
+                  f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
+                  f"t {time.perf_counter() - run.t0:.1f}")
+        if (width <= run.tol or err <= 1e-5 or it_stage >= run.max_iter
+                or run.out_of_time()):
+            break
+        # The plan's entropic bias (about eps on W2^2) does not iterate away: once
+        # a chunk closes less than a quarter of what is missing, eps is too large
+        # (or at its floor) and more iterations at this eps are wasted.
+        if prev_width - stage_width < 0.25 * (stage_width - run.tol):
+            if err <= RESEARCH_ERR or researched >= RESEARCH:
+                break
+            # The marginals are still far off: the support, searched with the
+            # potentials the stage started from, may hold no plan with them, and
+            # the potentials have moved towards the pairs that are missing.
+            researched += 1
+            S = None
+            S = _support(X, Y, u, v, eps, run.theta, run.cost == "geodesic")
+            chunk, prev_width = run.check_chunk, np.inf
+            continue
+        prev_width = stage_width
+        chunk = min(2 * chunk, run.max_iter - it_stage)
+    return S, it_stage, err, lo, hi, res, (lower, upper, resid, width)
+
+
+def _newton_final(run, S, X, Y, u, v, eps, floor, best, it, ncg):
+    """A final stage by Newton to converged marginals (NEWTON_MARGINAL_TOL), its support
+    searched again while Newton stalls; then the rounded plan's cost, and the lower bound
+    once eps is below what the width allows (or at its floor). u, v are updated in place;
+    it, ncg: the Newton and CG iterations already spent on the stage. Returns (support,
+    iterations, marginal error, CG iterations, this stage's lower, upper, residual,
+    (lower, upper, residual, width) kept)."""
+    lower, upper, resid = best
+    it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
+                                  NEWTON_FINAL_ITER, verbose=run.verbose,
+                                  deadline=run.deadline)
+    it, ncg = it + it2, ncg + ncg2
+    for _ in range(NEWTON_RESEARCH):
+        if err <= NEWTON_MARGINAL_TOL:
+            break
+        S = None
+        S = _support(X, Y, u, v, eps, run.theta, run.cost == "geodesic")  # as at _final_stage
+        it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
+                                      NEWTON_FINAL_ITER, verbose=run.verbose,
+                                      deadline=run.deadline)
+        it, ncg = it + it2, ncg + ncg2
+    _, hi, res = _bracket(run.XF, run.YF, X, Y, S, u, v, eps, run.cost, lower_too=False)
+    lo = -np.inf
+    if floor or eps <= 2 * np.sqrt(max(hi, 0.0)) * run.tol:
+        # From the Newton side's potential if that side is at its points, else
+        # from the other side's (its soft c-transform), if that one is.
+        newton_side = "y" if Y.n <= X.n else "x"
+        other = "x" if newton_side == "y" else "y"
+        at_points = {"x": X.full, "y": Y.full}
+        lo, _, _ = _bracket(run.XF, run.YF, X, Y, S, u, v, eps, run.cost,
+                            side=newton_side if at_points[newton_side] else
+                            (other if at_points[other] else None))
+    lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
+    if run.verbose:
+        print(f"  newton: {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, lower {lo:.3e}, "
+              f"upper {hi:.3e}, residual {res:.2e}, width {width:.2e}, "
+              f"t {time.perf_counter() - run.t0:.1f}")
+    return S, it, err, ncg, lo, hi, res, (lower, upper, resid, width)
 
 
 def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THETA,
@@ -835,34 +895,7 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     else:
         hy = hierarchy(y, b, cost, coarsest, seed=seed + 1)
     t_hier = time.perf_counter() - t0
-    if geodesic:
-        fx, fy = len(hx) - 1, len(hy) - 1
-        w2_low = 0.0
-    else:
-        budget, w2_low = _quantization_budget(hx[0], hy[0], tol, quantize)
-        bx = by = budget
-        fx, fy = _final_level(hx, budget), _final_level(hy, budget)
-        if not (hx[fx].full or hy[fy].full) and budget <= tol / 2:
-            # W2 may be ~0: keep one side at its points so that the lower bound starts from
-            # real potentials.
-            if hx[fx].n >= hy[fy].n:
-                fx = len(hx) - 1
-            else:
-                fy = len(hy) - 1
-        if quantize is None and max(hx[-1].n, hy[-1].n) > QUANTIZE_MIN_POINTS:
-            # The larger side, left at its points, stops at its finest clustering of at most
-            # QUANTIZE_MIN_POINTS clusters (the smallest quantization error that still
-            # avoids the stall), if that error is within QUANTIZE_TOL * tol and the other
-            # side is at its points (the lower bound needs one side there).
-            big, f_big, f_other = (hx, fx, fy) if hx[-1].n >= hy[-1].n else (hy, fy, fx)
-            other = hy if big is hx else hx
-            fine = [k for k, L in enumerate(big) if not L.full and L.n <= QUANTIZE_MIN_POINTS]
-            if (big[f_big].full and other[f_other].full and fine
-                    and quantization_error(big[fine[-1]]) <= QUANTIZE_TOL * tol):
-                if big is hx:
-                    fx, bx = fine[-1], QUANTIZE_TOL * tol
-                else:
-                    fy, by = fine[-1], QUANTIZE_TOL * tol
+    fx, fy, bx, by, w2_low = _final_levels(hx, hy, tol, quantize, geodesic)
     nlev = max(fx, fy) + 1
     pairs = [(min(k, fx), min(k, fy)) for k in range(nlev)]
     eps = diam / 4
@@ -874,6 +907,8 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
     log = []
     total_iter = 0
     S = None
+    run = _Run(hx[-1], hy[-1], cost, theta, max_iter, check_chunk, omega, tol_pruned, deadline,
+               t0, verbose)
     final_res = [L.spacing2 for L in (hx[fx], hy[fy]) if L.n > FEW_POINTS and L.spacing2 > 0]
     final_res = final_res or [1e-3 * diam]
     # Below ~1e-9 diam^2 the plan is a permutation to round-off; nothing is gained there.
@@ -952,67 +987,15 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                         log.append(entry)
                         eps = max(eps / 2, final_eps_floor)
                         continue
-                it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
-                                              NEWTON_FINAL_ITER, verbose=verbose,
-                                              deadline=deadline)
-                it, ncg = it + it2, ncg + ncg2
-                for _ in range(NEWTON_RESEARCH):
-                    if err <= NEWTON_MARGINAL_TOL:
-                        break
-                    S = None
-                    S = _support(X, Y, u, v, eps, theta, geodesic)  # as above
-                    it2, err, ncg2 = _solve_stage(S, X, Y, u, v, eps, NEWTON_MARGINAL_TOL,
-                                                  NEWTON_FINAL_ITER, verbose=verbose,
-                                              deadline=deadline)
-                    it, ncg = it + it2, ncg + ncg2
+                S, it, err, ncg, lo, hi, res, (lower, upper, resid, width) = _newton_final(
+                    run, S, X, Y, u, v, eps, floor, (lower, upper, resid), it, ncg)
                 total_iter += it
-                _, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost, lower_too=False)
-                lo = -np.inf
-                if floor or eps <= 2 * np.sqrt(max(hi, 0.0)) * tol_pruned:
-                    # From the Newton side's potential if that side is at its points, else
-                    # from the other side's (its soft c-transform), if that one is.
-                    newton_side = "y" if Y.n <= X.n else "x"
-                    other = "x" if newton_side == "y" else "y"
-                    at_points = {"x": X.full, "y": Y.full}
-                    lo, _, _ = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
-                                        side=newton_side if at_points[newton_side] else
-                                        (other if at_points[other] else None))
-                lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
-                if verbose:
-                    print(f"  newton: {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, lower {lo:.3e}, "
-                          f"upper {hi:.3e}, residual {res:.2e}, width {width:.2e}, "
-                          f"t {time.perf_counter() - t0:.1f}")
                 entry.update(iter=it, err=err, cg=ncg, lower=lo, upper=hi, residual=res)
                 done = width <= tol_pruned or floor
             else:
-                # At the final levels the bracket is the stopping test: iterate in growing
-                # chunks and stop as soon as it is narrow enough (the marginal error of the
-                # plan says nothing about the width by itself).
-                chunk, it_stage, om = check_chunk, 0, omega
-                prev_width = np.inf
-                while True:
-                    it, err, om = _sinkhorn(S, X, Y, u, v, eps, 1e-5, chunk, om)
-                    it_stage += it
-                    # The lower bound settles within the first chunk; after that only the
-                    # upper one moves, and the lower one is recomputed when the stage ends.
-                    last_chunk = err <= 1e-5 or it_stage >= max_iter
-                    lo, hi, res = _bracket(hx[-1], hy[-1], X, Y, S, u, v, eps, cost,
-                                           lower_too=chunk == check_chunk or last_chunk)
-                    lower, upper, resid, width = _keep_best(lower, upper, resid, lo, hi, res)
-                    if verbose:
-                        print(f"  chunk: {it_stage} it, err {err:.2e}, nnz {S.nnz}, lower {lo:.6f}, "
-                              f"upper {hi:.6f}, residual {res:.2e}, width {width:.2e}, "
-                              f"t {time.perf_counter() - t0:.1f}")
-                    if (width <= tol_pruned or err <= 1e-5 or it_stage >= max_iter
-                            or (deadline is not None and time.perf_counter() > deadline)):
-                        break
-                    # The plan's entropic bias (about eps on W2^2) does not iterate away: once
-                    # a chunk closes less than a quarter of what is missing, eps is too large
-                    # (or at its floor) and more iterations at this eps are wasted.
-                    if prev_width - width < 0.25 * (width - tol_pruned):
-                        break
-                    prev_width = width
-                    chunk = min(2 * chunk, max_iter - it_stage)
+                # At the final levels the bracket is the stopping test (see _final_stage).
+                S, it_stage, err, lo, hi, res, (lower, upper, resid, width) = _final_stage(
+                    run, S, X, Y, u, v, eps, (lower, upper, resid))
                 total_iter += it_stage
                 entry.update(iter=it_stage, err=err, lower=lo, upper=hi, residual=res)
                 done = (width <= tol_pruned or eps <= final_eps_floor * (1 + 1e-12)

@@ -37,9 +37,10 @@ import time
 
 import numpy as np
 
+from ._hierarchy import _lower_bound, _prune, _widen
 from .costs import cost_diameter
 from .exact import EXACT_BYTES_PER_PAIR, _available_memory
-from .multiscale import _lower_bound, _prune, _widen, hierarchy, quantization_error
+from .multiscale import hierarchy, quantization_error
 from .result import bracket_result, reject_options
 
 __all__ = ["w2_quantized", "QUANTIZED_MAX_PAIRS"]
@@ -57,7 +58,7 @@ REFINE = 2
 #: minutes of dense solves).
 REFINE_MAX_ENTRIES = 1_000_000
 #: Mass left out of each side (its lightest points), relative to tol^2 / diameter: the
-#: bracket is widened by what it can move W2 (see :func:`.multiscale._prune`).
+#: bracket is widened by what it can move W2 (see :func:`._hierarchy._prune`).
 PRUNE = 200
 
 
@@ -215,7 +216,7 @@ def w2_quantized(x, a, y, b, cost="chordal", tol=1e-3, max_pairs=None, seed=0, *
     tau = tol**2 / (PRUNE**2 * diam)
     x, a, tau_x = _prune(x, a, tau)
     y, b, tau_y = _prune(y, b, tau)
-    # Each pruned side moves W2 by at most sqrt(D tau) (see multiscale._prune).
+    # Each pruned side moves W2 by at most sqrt(D tau) (see _hierarchy._prune).
     slack = np.sqrt(diam * tau_x) + np.sqrt(diam * tau_y)
     hx = hierarchy(x, a, cost, refine=REFINE, seed=seed)
     hy = hierarchy(y, b, cost, refine=REFINE, seed=seed + 1)

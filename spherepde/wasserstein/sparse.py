@@ -46,8 +46,9 @@ import numba as nb
 import numpy as np
 from scipy.spatial import cKDTree
 
+from ._hierarchy import _morton_keys, _northwest_pairs, _prune, _widen
 from .costs import _pair_cost, cost_diameter
-from .multiscale import _morton_keys, _northwest_pairs, _prune, _widen
+
 # mass left out of each side, relative to tol^2 / diameter (see .quantized)
 from .quantized import PRUNE
 from .result import bracket_result, reject_options
@@ -358,4 +359,7 @@ def w2_sparse(x, a, y, b, cost="chordal", tol=1e-3, k=SPARSE_K, seed=0, max_seco
                "seconds": time.perf_counter() - t0, "tol": tol}
     r = bracket_result(upper, lower, cost, "sparse", details)
     r.details["tol_met"] = bool(r.upper - r.lower <= tol)
+    if not r.details["tol_met"] and time.perf_counter() > deadline:
+        r.details["stopped"] = (f"its time ran out ({float(max_seconds):g} s) after "
+                                f"{len(top)} LP rounds")
     return r
