@@ -225,6 +225,10 @@ class StepController:
     hint = "loosen the tolerances"
     #: whether march caps the proposed steps by its step cap (dt_max)
     capped = True
+    #: whether a proposed step predicts the steps still to come (a step set by a stability
+    #: bound, which the state changes only slowly): march then refuses, at the first step, a
+    #: run that would need more than its budget, instead of working until the budget is spent
+    predictive = False
 
     def begin(self, t0: float, span: float, stats: dict) -> None:
         """Start a run over [t0, t0 + span]; ``stats`` is updated in place."""
@@ -367,6 +371,7 @@ class PositivityRate(StepController):
     r) is reused by the step and its re-takes. ``stats["max_courant"]`` is the largest dt·r."""
 
     hint = "refine less (smaller n) or raise cfl"
+    predictive = True
 
     def __init__(self, tendency: Callable, tab: Tableau, cfl: float, retract: Callable = None):
         self.tendency, self.tab, self.cfl = tendency, tab, float(cfl)
@@ -473,6 +478,11 @@ class Multirate(StepController):
         if not np.isfinite(e) or e > self.tol:
             self.stats["macro_rejected"] += 1
             self.h = h * min(fac, 0.5)
+            if self.h < MIN_STEP_FRACTION * self.span:
+                raise StepSizeError(
+                    f"the macro step fell below {MIN_STEP_FRACTION:g} of the time span "
+                    f"{self.span:.3g} at t = {t:.6g} (defect {e:.3g} > macro_tol = {self.tol:g}): "
+                    f"{self.hint}")
             return y, False
         self.slope = (u_new - self.u) / h
         self.u = u_new
@@ -548,6 +558,13 @@ def _march_interval(controller, y, t0, t1, limit, progress, stats, max_steps):
         h = controller.propose(t, y)
         if limit is not None and controller.capped:
             h = min(h, limit)
+        if controller.predictive and 0 < h < t1 - t:
+            ahead = (t1 - t) / h
+            if stats["steps"] + stats["rejected"] + ahead > max_steps:
+                raise StepBudgetError(
+                    f"at the step dt = {h:.3g} reaching t = {t1:g} from t = {t:.6g} takes about "
+                    f"{ahead:.3g} steps, more than the budget max_steps = {max_steps}: "
+                    f"{controller.hint}")
         last = t + h >= t1 - 1e-12 * max(1.0, abs(t1))
         hh = t1 - t if last else h
         y_new, accepted = controller.attempt(t, y, hh, last and hh < h)

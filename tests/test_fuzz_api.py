@@ -175,3 +175,63 @@ def test_spectral_solver_with_extreme_settings_answers_in_bounded_time(lmax, rto
     if solver is REFUSED:
         return
     attempt(lambda: solver.solve(sp.measures.Uniform(3), [0.0, 1e-3]).times, label="solve")
+
+
+def attempt_run(fn, label):
+    """Like :func:`attempt` for a solve: it must return, or refuse with a ValueError or one of
+    the time driver's errors (a step budget that would run out, a step that underflows), with a
+    message; all within the alarm."""
+    from spherepde.timestepping import StepBudgetError, StepSizeError
+
+    with no_hang():
+        try:
+            fn()
+        except (ValueError, StepBudgetError, StepSizeError) as exc:
+            assert len(str(exc)) > 10, repr(exc)
+            event(f"{label}: refused ({type(exc).__name__})")
+            return REFUSED
+    event(f"{label}: accepted")
+    return None
+
+
+small_steps = st.sampled_from([1e-300, 1e-12, 1e-9, 1e-3, 0.05, math.nan, -1.0, 0.0])
+
+
+@settings(FUZZ, max_examples=40)
+@given(st.sampled_from(["euler", "rk4", "dopri5"]), small_steps,
+       st.sampled_from([1e-300, 1e-14, 1e-6, 1e-2]), st.sampled_from([1e-3, 1.0, 10.0]))
+def test_particle_solver_with_extreme_settings_answers_in_bounded_time(scheme, dt, rtol, t_end):
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=4.0)
+    x0 = sp.measures.Uniform(3).sample(16, seed=0)
+    fixed = scheme != "dopri5"
+    attempt_run(lambda: sp.ParticleSolver(model, scheme=scheme, dt=dt if fixed else None,
+                                          rtol=rtol).solve(x0, [0.0, t_end]), "ParticleSolver")
+
+
+@settings(FUZZ, max_examples=40)
+@given(st.sampled_from([-1, 0, 1, 2, 4, 513, 10**6]), small_steps,
+       st.sampled_from([1e-300, 1e-12, 1e-3, 0.5, 2.0]),
+       st.sampled_from(["multirate", "per-stage"]))
+def test_finite_volume_solver_with_extreme_settings_answers_in_bounded_time(n, cfl, macro_tol,
+                                                                            stepping):
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=4.0)
+    attempt_run(lambda: sp.FiniteVolumeSolver(model, n, cfl=cfl, macro_tol=macro_tol,
+                                              stepping=stepping).solve(
+        sp.measures.Uniform(3), [0.0, 0.5]), "FiniteVolumeSolver")
+
+
+@settings(FUZZ, max_examples=30)
+@given(st.sampled_from([-1, 0, 1, 2, 8, 10**7]), small_steps, st.sampled_from([4, 8, 512]))
+def test_zonal_solver_with_extreme_settings_answers_in_bounded_time(n, cfl, d):
+    model = sp.Model(d=d, beta=4.0)
+    attempt_run(lambda: sp.ZonalSolver(model, n, cfl=cfl).solve(sp.measures.Uniform(d),
+                                                                 [0.0, 0.5]), "ZonalSolver")
+
+
+@settings(FUZZ, max_examples=20)
+@given(st.sampled_from([-1, 0, 1, 4, 2**16 + 1, 10**7]),
+       st.sampled_from([1e-300, 1e-12, 1e-3, math.nan]))
+def test_fourier_solver_with_extreme_settings_answers_in_bounded_time(kmax, rtol):
+    model = sp.Model(d=2, beta=4.0)
+    attempt_run(lambda: sp.FourierSolver(model, kmax=kmax, rtol=rtol).solve(
+        sp.measures.Uniform(2), [0.0, 1e-3]), "FourierSolver")

@@ -41,6 +41,9 @@ OPERATORS = operator_registry("velocity operator of FourierSolver", {
 })
 
 
+#: The largest kmax the Fourier solver accepts (2^16 modes: a grid of ~2·10^5 nodes).
+MAX_KMAX = 1 << 16
+
 class FourierSolution(DensitySolution):
     """The densities at the output times of :meth:`FourierSolver.solve`.
 
@@ -129,6 +132,9 @@ class FourierSolver(SpectralDensitySolver):
         super().__init__(model, kmax, "kmax", scheme=scheme, dt=dt, rtol=rtol, atol=atol,
                          cfl=cfl, filter_strength=filter_strength, filter_order=filter_order,
                          dealias=dealias, mass_rtol=mass_rtol, resolution_tol=resolution_tol)
+        if self.degree > MAX_KMAX:  # the grid and the operators grow like kmax (log kmax)
+            raise ValueError(f"kmax = {self.degree} is above the largest supported degree "
+                             f"{MAX_KMAX}; lower kmax")
         name, fac = choose_operator(model, path, 2, OPERATORS)
         self.kmax = kmax = self.degree
         self.kernel = kernel

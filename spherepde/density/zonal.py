@@ -212,6 +212,11 @@ class ZonalSolver(DensitySolver):
         self.coefficients_axial = axial_coefficients(model, self.axis)
         self.quadrature_order = QUADRATURE_ORDER
         self.max_steps = int(max_steps)
+        if not model.zero_temperature and 24.0 * (self.n - 1) * self.n > MAX_TABLE_BYTES:
+            raise ValueError(f"n = {n} cells at finite beta needs "
+                             f"{24.0 * (self.n - 1) * self.n / 1e9:.1f} GB of kernel tables "
+                             f"(limit {MAX_TABLE_BYTES / 1e9:.1f} GB); use "
+                             f"n <= {int(np.sqrt(MAX_TABLE_BYTES / 24))}")
         self.edges = np.linspace(0.0, np.pi, self.n + 1)
         self.theta = 0.5 * (self.edges[1:] + self.edges[:-1])
         self.h = np.pi / self.n
@@ -221,11 +226,6 @@ class ZonalSolver(DensitySolver):
             self.field = None
             self._fixed_speed = zero_temperature_speed(faces, *self.coefficients_axial)
         else:
-            size = 3 * 8.0 * faces.size * self.n
-            if size > MAX_TABLE_BYTES:
-                raise ValueError(f"n = {n} cells at finite beta needs {size / 1e9:.1f} GB of "
-                                 f"kernel tables (limit {MAX_TABLE_BYTES / 1e9:.1f} GB); use "
-                                 f"n <= {int(np.sqrt(MAX_TABLE_BYTES / 24))}")
             self.field = ZonalField(model, self.axis, faces, self.theta)
             self._fixed_speed = None
 
@@ -287,51 +287,16 @@ class ZonalSolver(DensitySolver):
 
     # ------------------------------------------------------------------ time stepping
     def integrate(self, f, y0, times, callback, progress, stats, dt_max=None) -> None:
-        """Positivity step control: dt = cfl/r with r the largest cell outflow rate, re-taken
-        with cfl/r' when a later stage's rate r' is larger; outputs are landed on exactly."""
-        tab = timestepping.get_scheme(self.scheme)
-        rate = [0.0]
-        first = {}
-
-        def stage(t, y):
-            if first.get("y") is y:
-                return first["k"]
-            dm, r = self.tendency(t, y)
-            rate[0] = max(rate[0], r)
-            return dm
-
-        stats.setdefault("max_courant", 0.0)
-        y, t = y0, float(times[0])
-        if callback(0, t, y):
-            return
-        for i in range(1, len(times)):
-            t1 = float(times[i])
-            while t < t1:
-                if stats["steps"] + stats["rejected"] >= self.max_steps:
-                    raise RuntimeError(f"more than {self.max_steps} steps; reduce n")
-                k1, r = self.tendency(t, y)
-                stats["fevals"] += 1
-                first.update(y=y, k=k1)
-                dt = self.cfl / r if r > 0 else t1 - t
-                last = t + dt >= t1 - 1e-12 * max(1.0, abs(t1))
-                dt = t1 - t if last else dt
-                while True:
-                    rate[0] = r
-                    y_new, _ = timestepping.rk_step(stage, t, y, dt, tab)
-                    stats["fevals"] += tab.stages - 1
-                    if rate[0] * dt <= 1.0 + 1e-12:
-                        break
-                    stats["rejected"] += 1
-                    dt, last = self.cfl / rate[0], False
-                stats["max_courant"] = max(stats["max_courant"], rate[0] * dt)
-                y, t = y_new, (t1 if last else t + dt)
-                stats["steps"] += 1
-                if progress is not None:
-                    progress(t)
-            if not np.all(np.isfinite(y)):
-                raise FloatingPointError(f"the cell masses became NaN/inf before t = {t1}")
-            if callback(i, t1, y):
-                return
+        """Positivity step control through the one time driver,
+        :func:`spherepde.timestepping.march` with
+        :class:`~spherepde.timestepping.PositivityRate`: dt = cfl/r with r the largest cell
+        outflow rate, re-taken with cfl/r' when a later stage's rate r' is larger; outputs are
+        landed on exactly. ``f`` and ``dt_max`` are not used (the control needs the rate that
+        :meth:`tendency` returns with dm/dt)."""
+        controller = timestepping.PositivityRate(self.tendency,
+                                                 timestepping.get_scheme(self.scheme), self.cfl)
+        timestepping.march(controller, y0, times, callback=callback, progress=progress,
+                           keep=lambda i: False, stats=stats, max_steps=self.max_steps)
 
     def step_hint(self) -> str:
         return f"Refine the cells in theta (n = {self.n})"
@@ -350,7 +315,8 @@ def _log_density_callable(density0, d, axis):
     if own is not None and own is not getattr(Measure, "zonal_obstruction", None):
         why = density0.zonal_obstruction(axis)
         if why is not None:
-            raise ValueError(f"density0 ({type(density0).__name__}) is not zonal about the axis: {why}")
+            raise ValueError(f"density0 ({type(density0).__name__}) is not zonal about the "
+                             f"axis: {why}")
     if hasattr(density0, "log_density"):
         return density0.log_density
     f = density_callable(density0, d)
