@@ -350,7 +350,8 @@ def _log_density_callable(density0, d, axis):
     if own is not None and own is not getattr(Measure, "zonal_obstruction", None):
         why = density0.zonal_obstruction(axis)
         if why is not None:
-            raise ValueError(f"density0 ({type(density0).__name__}) is not zonal about the axis: {why}")
+            raise ValueError(f"density0 ({type(density0).__name__}) is not zonal about the axis: "
+                             f"{why}")
     if hasattr(density0, "log_density"):
         return density0.log_density
     f = density_callable(density0, d)
