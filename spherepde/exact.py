@@ -2,8 +2,8 @@ r"""Closed forms of docs/theory.md §3, used by the tests and the validation scr
 
 - :func:`zero_temperature_flow` — docs/theory.md §3.3, the time-changed normalized power flow.
 - :func:`zero_temperature_density` — the pushed density for B = c·orthogonal.
-- :func:`funk_hecke_eigenvalue`, :func:`growth_rate` — docs/theory.md §3.5, linear instability of the
-  uniform state.
+- :func:`funk_hecke_eigenvalue`, :func:`growth_rate` — docs/theory.md §3.5, linear instability of
+  the uniform state.
 - :func:`equiangular_rhs`, :func:`equiangular_solution` — docs/theory.md §3.8.
 - :func:`long_context_limit` — docs/theory.md §3.9.
 """
@@ -39,7 +39,7 @@ def _flow_direction(A, x0, s):
         y = (c * np.exp(np.outer(s, lam - lam.max()))) @ U.T
         return normalize(y)
     out = np.empty_like(x0)
-    for i, (xi, si) in enumerate(zip(x0, s)):
+    for i, (xi, si) in enumerate(zip(x0, s, strict=True)):
         out[i] = linalg.expm(si * A) @ xi
     return normalize(out)
 
@@ -94,7 +94,8 @@ def zero_temperature_flow(model, x0, t, rtol: float = 1e-13) -> np.ndarray:
 
 
 class ZeroTemperatureDensity(Measure):
-    r"""The density :math:`\rho_t` pushed by the zero-temperature flow, B = c·O (docs/theory.md §3.3).
+    r"""The density :math:`\rho_t` pushed by the zero-temperature flow, B = c·O
+    (docs/theory.md §3.3).
 
     .. math:: \rho_t(y) = \rho_0(My/|My|)\, e^{-(t/c)\operatorname{tr}A} / |My|^d,
               \qquad M = e^{-(t/c)A}.
@@ -206,7 +207,8 @@ def equiangular_rhs(state, n: int, beta: float, kind: str = "SA"):
       :math:`\dot\rho = 2e^{\beta\rho}(1-\rho)((n-1)\rho+1)/(e^\beta + (n-1)e^{\beta\rho})`.
     - "USA": :math:`\dot\rho = (2/n)e^{\beta\rho}(1-\rho)((n-1)\rho+1)`.
     - "pre-ln": state (rho, r) with r = |z| shared by all tokens by symmetry;
-      :math:`\dot\rho = \dot\rho_{SA}/r`, :math:`\dot r = \langle\theta, \mathrm{Attn}(\theta)\rangle
+      :math:`\dot\rho = \dot\rho_{SA}/r`,
+      :math:`\dot r = \langle\theta, \mathrm{Attn}(\theta)\rangle
       = (e^\beta + (n-1)\rho e^{\beta\rho})/(e^\beta + (n-1)e^{\beta\rho})`.
 
     SA is evaluated with e^{beta(rho-1)} so large beta does not overflow.
@@ -238,10 +240,14 @@ def equiangular_solution(rho0: float, n: int, beta: float, t, kind: str = "SA", 
         return np.full(t.shape, float(rho0))
     if kind == "pre-ln":
         y0 = [rho0, r0]
-        f = lambda _, y: equiangular_rhs(y, n, beta, kind)
+
+        def f(_, y):
+            return equiangular_rhs(y, n, beta, kind)
     else:
         y0 = [rho0]
-        f = lambda _, y: [equiangular_rhs(y[0], n, beta, kind)]
+
+        def f(_, y):
+            return [equiangular_rhs(y[0], n, beta, kind)]
     sol = integrate.solve_ivp(f, (0.0, float(t.max())), y0, method="DOP853", t_eval=t,
                               rtol=rtol, atol=1e-14)
     if not sol.success:
@@ -250,8 +256,8 @@ def equiangular_solution(rho0: float, n: int, beta: float, t, kind: str = "SA", 
 
 
 def long_context_limit(rho: float, gamma: float) -> float:
-    r"""Limit of <theta_i, theta_j> after one Pre-LN layer with beta_n = gamma log n (docs/theory.md §3.9):
-    1, 4 rho/(1 + 3 rho), or rho for gamma <, =, > 1/(1 - rho)."""
+    r"""Limit of <theta_i, theta_j> after one Pre-LN layer with beta_n = gamma log n
+    (docs/theory.md §3.9): 1, 4 rho/(1 + 3 rho), or rho for gamma <, =, > 1/(1 - rho)."""
     if not 0 < rho < 1:
         raise ValueError(f"rho must lie in (0, 1); got {rho}")
     crit = 1.0 / (1.0 - rho)

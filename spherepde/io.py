@@ -396,7 +396,8 @@ def model_attrs(model) -> dict:
             f"{MODEL_PREFIX}beta": np.float64(model.beta),
             f"{MODEL_PREFIX}normalized": np.int8(model.normalized),
             f"{MODEL_PREFIX}hardmax": np.int8(model.hardmax),
-            f"{MODEL_PREFIX}attention": "SA (softmax)" if model.normalized else "USA (unnormalized)",
+            f"{MODEL_PREFIX}attention": ("SA (softmax)" if model.normalized
+                                         else "USA (unnormalized)"),
             f"{MODEL_PREFIX}Q": np.asarray(model.Q, dtype=np.float64).ravel(),
             f"{MODEL_PREFIX}K": np.asarray(model.K, dtype=np.float64).ravel(),
             f"{MODEL_PREFIX}V": np.asarray(model.V, dtype=np.float64).ravel()}

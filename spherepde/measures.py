@@ -695,8 +695,11 @@ class VonMisesFisher(Measure):
             return super().lattice(n)
         n = _check_n(n)
         k = self.kappa
-        # the heights in decreasing order, as fibonacci_lattice's default z = 1 - 2u
-        heights = lambda u: 1.0 + np.log((1.0 - u) + u * np.exp(-2.0 * k)) / k
+
+        def heights(u):
+            # the heights in decreasing order, as fibonacci_lattice's default z = 1 - 2u
+            return 1.0 + np.log((1.0 - u) + u * np.exp(-2.0 * k)) / k
+
         return PointCloud(fibonacci_lattice(n, axis=self.mean, cosines=heights))
 
     def _sample_cosine(self, n, rng) -> np.ndarray:
@@ -739,7 +742,10 @@ class VonMisesFisher(Measure):
             # On S^1 the half-circle {<x, e> > 0} is the arc of angles psi +- pi/2 from the mean,
             # psi the angle of e: integrate e^{k (cos phi - 1)} over it.
             psi = np.arccos(c)
-            f = lambda phi: np.exp(k * (np.cos(phi) - 1.0))
+
+            def f(phi):
+                return np.exp(k * (np.cos(phi) - 1.0))
+
             num = integrate.quad(f, psi - np.pi / 2, psi + np.pi / 2, epsabs=0, epsrel=1e-13)[0]
             return num / (2 * np.pi * special.ive(0, k))
         s_c = np.sqrt(1 - c**2)
@@ -771,7 +777,10 @@ class VonMisesFisher(Measure):
 
 def _vmf_cosine_cdf_upper(w0, k, d) -> float:
     """P(<mu, x> > w0) under vMF(mu, k) in R^d."""
-    f = lambda w: np.exp(k * (w - 1.0) + 0.5 * (d - 3) * np.log(max(1 - w**2, 1e-300)))
+
+    def f(w):
+        return np.exp(k * (w - 1.0) + 0.5 * (d - 3) * np.log(max(1 - w**2, 1e-300)))
+
     num = integrate.quad(f, w0, 1, limit=400, epsrel=1e-13, epsabs=0)[0]
     den = num + integrate.quad(f, -1, w0, limit=400, epsrel=1e-13, epsabs=0)[0]
     return num / den
@@ -797,7 +806,8 @@ class Mixture(Measure):
                                 f"VonMisesFisher, ...); got {type(c).__name__}")
         dims = {c.d for c in components}
         if len(dims) != 1:
-            raise ValueError(f"all mixture components must live on the same sphere; got d = {sorted(dims)}")
+            raise ValueError(f"all mixture components must live on the same sphere; "
+                             f"got d = {sorted(dims)}")
         self.d = dims.pop()
         self.components = components
         k = len(components)
@@ -811,10 +821,10 @@ class Mixture(Measure):
         self.weights = w
 
     def density(self, x) -> np.ndarray:
-        return sum(p * c.density(x) for p, c in zip(self.weights, self.components))
+        return sum(p * c.density(x) for p, c in zip(self.weights, self.components, strict=True))
 
     def log_density(self, x) -> np.ndarray:
-        live = [(p, c) for p, c in zip(self.weights, self.components) if p > 0]
+        live = [(p, c) for p, c in zip(self.weights, self.components, strict=True) if p > 0]
         logs = np.stack([np.log(p) + c.log_density(x) for p, c in live])
         return special.logsumexp(logs, axis=0)
 
@@ -828,7 +838,7 @@ class Mixture(Measure):
         return None
 
     def zonal_obstruction(self, axis):
-        for k, (p, c) in enumerate(zip(self.weights, self.components)):
+        for k, (p, c) in enumerate(zip(self.weights, self.components, strict=True)):
             why = c.zonal_obstruction(axis) if p > 0 else None
             if why is not None:
                 return f"component {k} ({c!r}, weight {p:.4g}): {why}"
@@ -845,19 +855,20 @@ class Mixture(Measure):
         clouds = [self.components[k].quadrature(max(1, round(self.weights[k] * n)),
                                                 n_theta=n_theta, seed=seed) for k in live]
         pts = np.concatenate([c.points for c in clouds])
-        w = np.concatenate([self.weights[k] * c.weights for k, c in zip(live, clouds)])
+        w = np.concatenate([self.weights[k] * c.weights for k, c in zip(live, clouds, strict=True)])
         return PointCloud(pts, w / w.sum())
 
     def sample(self, n: int, seed=None) -> np.ndarray:
         n = _check_n(n)
         rng = np.random.default_rng(seed)
         counts = rng.multinomial(n, self.weights)
-        parts = [c.sample(m, rng) for c, m in zip(self.components, counts) if m > 0]
+        parts = [c.sample(m, rng) for c, m in zip(self.components, counts, strict=True) if m > 0]
         out = np.concatenate(parts, axis=0)
         return out[rng.permutation(n)]
 
     def hemisphere_mass(self, e) -> float:
-        return float(sum(p * c.hemisphere_mass(e) for p, c in zip(self.weights, self.components)))
+        return float(sum(p * c.hemisphere_mass(e)
+                         for p, c in zip(self.weights, self.components, strict=True)))
 
     def lattice(self, n: int) -> PointCloud:
         """Each component's lattice with n_k ~ p_k n points (largest remainders, so the n_k
@@ -874,9 +885,9 @@ class Mixture(Measure):
         rest = p * n - counts
         for i in np.argsort(-rest)[: n - counts.sum()]:
             counts[i] += 1
-        clouds = [self.components[k].lattice(int(m)) for k, m in zip(live, counts)]
+        clouds = [self.components[k].lattice(int(m)) for k, m in zip(live, counts, strict=True)]
         pts = np.concatenate([c.points for c in clouds])
-        w = np.concatenate([q * c.weights for q, c in zip(p, clouds)])
+        w = np.concatenate([q * c.weights for q, c in zip(p, clouds, strict=True)])
         return PointCloud(pts, w / w.sum())
 
     def __repr__(self) -> str:

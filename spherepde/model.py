@@ -200,12 +200,14 @@ class Model:
         gap = float(ev[0] - ev[dim_E]) if dim_E < self.d else np.inf
         problems = []
         if not cond < COND_MAX:
-            problems.append(f"B = Q^T K is singular (condition number {cond:.2e} >= {COND_MAX:.0e})")
+            problems.append(f"B = Q^T K is singular (condition number {cond:.2e} >= "
+                            f"{COND_MAX:.0e})")
         if asym > SYMMETRY_RTOL:
             problems.append(f"A = V B^T is not symmetric (||A-A^T||/||A|| = {asym:.2e} > "
                             f"{SYMMETRY_RTOL:.0e})")
         if dim_E == self.d:
-            problems.append("A has a single eigenvalue (no spectral gap): every direction is dominant")
+            problems.append("A has a single eigenvalue (no spectral gap): every direction is "
+                            "dominant")
         return AssumptionReport(bool(cond < COND_MAX), cond, asym <= SYMMETRY_RTOL, asym,
                                 SYMMETRY_RTOL, ev, gap, dim_E, problems)
 

@@ -103,8 +103,8 @@ def cross_validate(model, density0, times, n_particles=(250, 500, 1000), lmax=(2
     -------
     CrossValidation
     """
-    from ..particles import ParticleSolver
     from ..density import SpectralSolver
+    from ..particles import ParticleSolver
     from ..wasserstein import w2
 
     if model.d != 3:
@@ -120,7 +120,7 @@ def cross_validate(model, density0, times, n_particles=(250, 500, 1000), lmax=(2
     spectral = []
     for L in lmax:
         sol = SpectralSolver(model, lmax=int(L), **sopt).solve(rho0, times)
-        spectral.append([grid_cloud(lambda x, i=i: sol.density(i, x), eval_nlat)
+        spectral.append([grid_cloud(lambda x, i=i, sol=sol: sol.density(i, x), eval_nlat)
                          for i in range(len(times))])
     tokens = {}
     for n in n_particles:
@@ -136,7 +136,8 @@ def cross_validate(model, density0, times, n_particles=(250, 500, 1000), lmax=(2
                                              method="exact"))
     # Spectral solutions live on the same grid: their total-variation distance is cheap and
     # bounds W2 (W2^2 <= diam^2 * TV, diam^2 = 4 chordal).
-    self_err = np.array([[0.5 * float(np.abs(spectral[a][k].weights - spectral[-1][k].weights).sum())
+    self_err = np.array([[0.5 * float(np.abs(spectral[a][k].weights
+                                             - spectral[-1][k].weights).sum())
                           for k in range(len(times))] for a in range(len(lmax))])
     return CrossValidation(times, n_particles, lmax, seeds, D, self_err, cost,
                            {"eval_grid": (eval_nlat, 2 * eval_nlat)})

@@ -1,7 +1,8 @@
 r"""Diagnostics of a token configuration mu = sum_i w_i delta_{x_i} on S^{d-1}.
 
 - :func:`interaction_energy` — :math:`E_\beta(\mu) = \frac{1}{2\beta}\iint e^{\beta\langle x,y
-  \rangle}\,d\mu\,d\mu` (:mod:`spherepde.interaction.energy`), non-decreasing along SA and USA with Q = K = V = I.
+  \rangle}\,d\mu\,d\mu` (:mod:`spherepde.interaction.energy`), non-decreasing along SA and USA
+  with Q = K = V = I.
 - :func:`mean_inner_product` — average of :math:`\langle x_i, x_j\rangle` over pairs.
 - :func:`cluster_count` — number of clusters at a stated chordal threshold.
 - :func:`common_hemisphere` — do all tokens lie in one open hemisphere?

@@ -1,4 +1,5 @@
-"""Command line: ``spherepde run [scenario.toml] [--out DIR] [--fresh]`` and ``spherepde --version``.
+"""Command line: ``spherepde run [scenario.toml] [--out DIR] [--fresh]`` and
+``spherepde --version``.
 
 Every failure a user can cause (a bad scenario, an unusable output folder, a folder in use)
 ends in one line on stderr and exit code 2; Ctrl-C ends with exit code 130 and says what
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
 from pathlib import Path
 
 from .config import ConfigError

@@ -14,7 +14,7 @@ names the key and what it accepts.
     rotation_angle = 0.9             # B = Q^T K is the rotation by this angle (radians) ...
     rotation_axis = [1.0, 1.0, 1.0]  # ... about this axis
     normalized = true                # SA (true) or USA (false)
-    rescale_time = false             # USA only: divide the velocity by e^beta (USA time = t e^-beta)
+    rescale_time = false             # USA only: velocity / e^beta (USA time = t e^-beta)
 
     [initial]
     kind = "vmf"                     # "uniform", "vmf" or "bimodal" (two vMF caps)
@@ -101,7 +101,8 @@ _INITIAL_KINDS = ("uniform", "vmf", "bimodal")
 #: How the tokens start: rho_0's lattice, a random sample, or the lattice where there is one.
 PARTICLE_INITS = ("auto", "lattice", "sample")
 #: The keys each initial kind reads; the others are left out of the written scenario.
-INITIAL_KEYS = {"uniform": (), "vmf": ("mean", "kappa"), "bimodal": ("mean", "kappa", "mean2", "weights")}
+INITIAL_KEYS = {"uniform": (), "vmf": ("mean", "kappa"),
+                "bimodal": ("mean", "kappa", "mean2", "weights")}
 #: Bounds that keep every valid scenario a run of bounded cost: |eigenvalue| sets the speed,
 #: t_end the length, beta the sharpness of the kernel (colder than 1e4: use "inf").
 MAX_EIGENVALUE = 100.0
@@ -173,8 +174,25 @@ def validate_config(user: dict | None) -> dict:
 
     Returns the complete, validated scenario (a new dict).
     """
-    cfg = copy.deepcopy(DEFAULT)
     user = user or {}
+    cfg = _merged_with_default(user)
+    # The order of the checks is the order of the sections: the first error reported is the
+    # one of the earliest section, whatever else is wrong further down.
+    _check_model(cfg["model"])
+    _check_initial(cfg["initial"], cfg["model"])
+    _check_run(cfg["run"], cfg["model"])
+    _check_particles(cfg["particles"], cfg["model"])
+    _check_spectral(cfg["spectral"], cfg["model"])
+    _check_finite_volume(cfg["finite_volume"], user.get("finite_volume", {}), cfg)
+    _check_convergence(cfg["convergence"], cfg["particles"])
+    _check_output(cfg["output"])
+    return cfg
+
+
+def _merged_with_default(user) -> dict:
+    """A deep copy of ``DEFAULT`` with the user's keys written over it; unknown sections and
+    keys are errors."""
+    cfg = copy.deepcopy(DEFAULT)
     if not isinstance(user, dict):
         raise ConfigError("a scenario must be a TOML table of sections")
     for section, values in user.items():
@@ -187,23 +205,33 @@ def validate_config(user: dict | None) -> dict:
                 raise ConfigError(f"unknown key {section}.{key}; allowed keys in [{section}]: "
                                   f"{sorted(DEFAULT[section])}")
             cfg[section][key] = v
+    return cfg
 
-    m = cfg["model"]
-    if m["matrices"] not in MATRICES:
-        raise ConfigError(f"model.matrices must be one of {list(MATRICES)}; got {m['matrices']!r}")
-    m["d"] = _number("model.d", m["d"], lo=2, hi=MAX_D, integer=True)
-    if m["d"] != 3 and m["matrices"] != "identity":
-        raise ConfigError(f"model.d = {m['d']} needs model.matrices = \"identity\" (the "
-                          "\"rotation\" set-up is defined on S^2, d = 3)")
-    ev = _numbers("model.eigenvalues", m["eigenvalues"], 3, " (the spectrum of A = V B^T on S^2)")
+
+def _check_eigenvalues(v) -> list:
+    """model.eigenvalues: three bounded numbers with a spectral gap, sorted descending."""
+    ev = _numbers("model.eigenvalues", v, 3, " (the spectrum of A = V B^T on S^2)")
     if max(abs(a) for a in ev) > MAX_EIGENVALUE:
-        raise ConfigError(f"model.eigenvalues must lie in [-{MAX_EIGENVALUE:g}, {MAX_EIGENVALUE:g}] "
-                          f"(they set the speed of the flow; rescale t_end instead); got {ev}")
+        raise ConfigError(f"model.eigenvalues must lie in [-{MAX_EIGENVALUE:g}, "
+                          f"{MAX_EIGENVALUE:g}] (they set the speed of the flow; rescale t_end "
+                          f"instead); got {ev}")
     ev = sorted(ev, reverse=True)
     if not ev[0] > ev[1]:
         raise ConfigError(f"model.eigenvalues need a spectral gap: the largest must be strictly "
                           f"larger than the second; got {ev}")
-    m["eigenvalues"] = ev
+    return ev
+
+
+def _check_model(m: dict) -> None:
+    """[model], in place: the weight matrices, the dimension and the attention variant."""
+    if m["matrices"] not in MATRICES:
+        raise ConfigError(f"model.matrices must be one of {list(MATRICES)}; "
+                          f"got {m['matrices']!r}")
+    m["d"] = _number("model.d", m["d"], lo=2, hi=MAX_D, integer=True)
+    if m["d"] != 3 and m["matrices"] != "identity":
+        raise ConfigError(f"model.d = {m['d']} needs model.matrices = \"identity\" (the "
+                          "\"rotation\" set-up is defined on S^2, d = 3)")
+    m["eigenvalues"] = _check_eigenvalues(m["eigenvalues"])
     m["rotation_angle"] = _number("model.rotation_angle", m["rotation_angle"])
     m["rotation_axis"] = _vec3("model.rotation_axis", m["rotation_axis"])
     m["normalized"] = _bool("model.normalized", m["normalized"])
@@ -212,9 +240,12 @@ def validate_config(user: dict | None) -> dict:
         raise ConfigError("model.rescale_time = true applies to USA (model.normalized = false) "
                           "only: the SA field needs no rescaling")
 
-    ini = cfg["initial"]
+
+def _check_initial(ini: dict, m: dict) -> None:
+    """[initial], in place: the kind of rho_0 and its caps (which need d = 3)."""
     if ini["kind"] not in _INITIAL_KINDS:
-        raise ConfigError(f"initial.kind must be one of {list(_INITIAL_KINDS)}; got {ini['kind']!r}")
+        raise ConfigError(f"initial.kind must be one of {list(_INITIAL_KINDS)}; "
+                          f"got {ini['kind']!r}")
     ini["mean"] = _vec3("initial.mean", ini["mean"])
     ini["kappa"] = _number("initial.kappa", ini["kappa"], lo=0.0, hi=1e4)
     ini["mean2"] = _vec3("initial.mean2", ini["mean2"])
@@ -222,12 +253,14 @@ def validate_config(user: dict | None) -> dict:
     if min(w) < 0 or abs(sum(w) - 1.0) > 1e-9:
         raise ConfigError(f"initial.weights must be two numbers >= 0 summing to 1; got {w}")
     ini["weights"] = w
-
     if m["d"] != 3 and ini["kind"] != "uniform":
         raise ConfigError(f"model.d = {m['d']} needs initial.kind = \"uniform\" (the caps are "
                           f"given by 3-vectors); got {ini['kind']!r}")
 
-    r = cfg["run"]
+
+def _check_run(r: dict, m: dict) -> None:
+    """[run], in place: the betas (bounded by what the attention variant can integrate), the
+    final time and the output times."""
     if not isinstance(r["betas"], list) or not r["betas"]:
         raise ConfigError(f"run.betas must be a non-empty list of numbers >= 0 or \"inf\"; "
                           f"got {r['betas']!r}")
@@ -241,24 +274,28 @@ def validate_config(user: dict | None) -> dict:
                           "time steps shrink like e^-beta; set model.rescale_time = true (time "
                           "in units of e^beta) or use normalized = true for colder runs")
     if m["rescale_time"] and max(r["betas"]) > USA_RESCALED_MAX_BETA:
-        raise ConfigError(f"run.betas must be <= {USA_RESCALED_MAX_BETA:g} with model.rescale_time "
-                          f"= true (got {max(r['betas']):g}): the USA kernel e^beta is beyond "
-                          "float64 there; use normalized = true")
+        raise ConfigError(f"run.betas must be <= {USA_RESCALED_MAX_BETA:g} with "
+                          f"model.rescale_time = true (got {max(r['betas']):g}): the USA kernel "
+                          "e^beta is beyond float64 there; use normalized = true")
     r["t_end"] = _number("run.t_end", r["t_end"], lo=0.0, lo_open=True, hi=MAX_T_END)
     r["n_times"] = _number("run.n_times", r["n_times"], lo=2, hi=10_000, integer=True)
 
-    p = cfg["particles"]
+
+def _check_particles(p: dict, m: dict) -> None:
+    """[particles], in place: the number of tokens, the seed, the start and the tolerance."""
     p["n"] = _number("particles.n", p["n"], lo=2, hi=10**7, integer=True)
     p["seed"] = _number("particles.seed", p["seed"], lo=0, integer=True)
     if p["init"] not in PARTICLE_INITS:
-        raise ConfigError(f"particles.init must be one of {', '.join(map(repr, PARTICLE_INITS))}; "
-                          f"got {p['init']!r}")
+        raise ConfigError(f"particles.init must be one of "
+                          f"{', '.join(map(repr, PARTICLE_INITS))}; got {p['init']!r}")
     if p["init"] == "lattice" and m["d"] > 3:
         raise ConfigError(f"particles.init = \"lattice\" exists on S^1 and S^2 (model.d <= 3); "
                           f"got model.d = {m['d']}: use \"sample\" or \"auto\"")
     p["rtol"] = _number("particles.rtol", p["rtol"], lo=1e-13, hi=1e-2)
 
-    s = cfg["spectral"]
+
+def _check_spectral(s: dict, m: dict) -> None:
+    """[spectral], in place: the density solver on S^2."""
     s["enabled"] = _bool("spectral.enabled", s["enabled"])
     s["lmax"] = _number("spectral.lmax", s["lmax"], lo=8, hi=1023, integer=True)
     s["t_end"] = _number("spectral.t_end", s["t_end"], lo=0.0, lo_open=True, hi=MAX_T_END)
@@ -266,10 +303,12 @@ def validate_config(user: dict | None) -> dict:
         raise ConfigError(f"model.d = {m['d']} needs spectral.enabled = false (the density "
                           "solver works on S^2)")
 
-    fv = cfg["finite_volume"]
-    # What the user wrote: the defaults adapt to the scenario (betas shared with run.betas,
-    # off for d != 3); what the user asked for explicitly is checked.
-    asked = user.get("finite_volume", {})
+
+def _check_finite_volume(fv: dict, asked: dict, cfg: dict) -> None:
+    """[finite_volume], in place. ``asked`` is what the user wrote in that section: the
+    defaults adapt to the scenario (betas shared with run.betas, off unless the rotation set-up
+    on S^2); what the user asked for explicitly is checked."""
+    m, r = cfg["model"], cfg["run"]
     fv["enabled"] = _bool("finite_volume.enabled", fv["enabled"])
     fv["n"] = _number("finite_volume.n", fv["n"], lo=4, hi=512, integer=True)
     if not isinstance(fv["betas"], list):
@@ -288,7 +327,9 @@ def validate_config(user: dict | None) -> dict:
                               f"Pi#rho_0 on S^2; got matrices = {m['matrices']!r}, d = {m['d']}")
         fv["enabled"] = False
 
-    c = cfg["convergence"]
+
+def _check_convergence(c: dict, p: dict) -> None:
+    """[convergence], in place: the coarse run uses particles.n / 4 tokens."""
     c["check"] = _bool("convergence.check", c["check"])
     c["fraction"] = _number("convergence.fraction", c["fraction"], lo=0.0, lo_open=True, hi=1.0)
     if c["check"] and p["n"] < 8:
@@ -296,10 +337,11 @@ def validate_config(user: dict | None) -> dict:
                           f"resolution, so particles.n must be >= 8; got {p['n']} (or set "
                           "convergence.check = false)")
 
-    o = cfg["output"]
+
+def _check_output(o: dict) -> None:
+    """[output], in place: the folder of the run."""
     if not isinstance(o["dir"], str) or not o["dir"] or "\0" in o["dir"]:
         raise ConfigError(f"output.dir must be a non-empty path string; got {o['dir']!r}")
-    return cfg
 
 
 def used_scenario(cfg: dict) -> dict:

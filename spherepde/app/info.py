@@ -13,7 +13,8 @@ _LIBRARIES = (("numpy", "arrays"), ("scipy", "quadrature, optimisation"),
               ("numba", "fused particle kernels"), ("ducc0", "SHT backend"),
               ("shtns", "SHT backend (fastest)"), ("ot", "exact W2 (POT)"),
               ("torch", "GPU particle kernel"), ("xarray", "results as Datasets"),
-              ("netCDF4", "NetCDF files"), ("dask", "sweeps"), ("distributed", "sweeps on clusters"),
+              ("netCDF4", "NetCDF files"), ("dask", "sweeps"),
+              ("distributed", "sweeps on clusters"),
               ("matplotlib", "figures"), ("PIL", "GIF animations"))
 
 

@@ -30,11 +30,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import io
 from ..analysis.convergence import resolution_error
+
+if TYPE_CHECKING:
+    from .scenario import Run
 
 __all__ = ["results_dataset", "load_results", "convergence", "RESULTS_NAME", "SOLVERS"]
 
@@ -49,7 +53,8 @@ def _union(arrays):
 
 
 def _place(target_times, times, values, fill=np.nan):
-    """values (T, ...) at ``times`` placed on ``target_times`` (exact matches), the rest ``fill``."""
+    """values (T, ...) at ``times`` placed on ``target_times`` (exact matches), the rest
+    ``fill``."""
     values = np.asarray(values)
     out = np.full((target_times.size,) + values.shape[1:], fill, dtype=np.float64)
     idx = np.searchsorted(target_times, times)
@@ -57,7 +62,7 @@ def _place(target_times, times, values, fill=np.nan):
     return out
 
 
-def convergence(fine: "Run", coarse: "Run | None", fraction: float) -> dict:
+def convergence(fine: Run, coarse: Run | None, fraction: float) -> dict:
     """The convergence check of one curve: its two resolutions compared at their common output
     times.
 
@@ -110,74 +115,129 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     coarse_runs = {(r.solver, float(r.beta)): r for r in runs if getattr(r, "coarse", False)}
     runs = [r for r in runs if not getattr(r, "coarse", False)]
     fraction = float(cfg.get("convergence", {}).get("fraction", 0.05))
-    betas = np.array(sorted({float(r.beta) for r in runs}), dtype=np.float64)
-    solvers = [s for s in SOLVERS if any(r.solver == s for r in runs)]
-    times = _union([r.times for r in runs])
-    snaps = _union([r.snapshot_times for r in runs])
-    S, B, T = len(solvers), betas.size, times.size
-    w2 = np.full((S, B, T), np.nan)
-    w2_coarse = np.full((S, B, T), np.nan)
-    w2_width = np.full((S, B, T), np.nan)
-    w2_coarse_width = np.full((S, B, T), np.nan)
-    resolution = np.zeros((S, B), dtype=np.int64)
-    coarse_resolution = np.zeros((S, B), dtype=np.int64)
-    max_difference = np.full((S, B), np.nan)
-    converged = np.zeros((S, B), dtype=np.int8)
-    seconds = np.full((S, B), np.nan)
-    seconds_coarse = np.full((S, B), np.nan)
-    unresolved_from = np.full((S, B), np.nan)
-    note = np.full((S, B), "", dtype=object)
-    dens = pos = None
+    axes = _axes(runs)
+    table = _run_table(runs, axes)
+    if coarse_runs:
+        _fill_coarse(table, runs, coarse_runs, axes, checks, fraction)
+    maps = _snapshots(runs, axes)
+
+    data = _run_variables(table, limit, limit_particles, subspace)
+    if coarse_runs:
+        data.update(_coarse_variables(table))
+    coords = _coordinates(axes)
+    _add_snapshot_variables(data, coords, maps, map_grid)
+    attrs = _attributes(cfg, fraction if coarse_runs else None, gap, rate)
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _axes(runs) -> dict:
+    """The axes of the Dataset: the solvers in ``SOLVERS`` order, the sorted betas, and the
+    union of the runs' output and snapshot times."""
+    return {"solver": [s for s in SOLVERS if any(r.solver == s for r in runs)],
+            "beta": np.array(sorted({float(r.beta) for r in runs}), dtype=np.float64),
+            "time": _union([r.times for r in runs]),
+            "snapshot_time": _union([r.snapshot_times for r in runs])}
+
+
+def _index(axes, run) -> tuple[int, int]:
+    """(solver, beta) index of a run on ``axes``."""
+    return (axes["solver"].index(run.solver),
+            int(np.searchsorted(axes["beta"], float(run.beta))))
+
+
+def _run_table(runs, axes) -> dict:
+    """The (solver, beta[, time]) arrays of the fine runs: W2 curves and their bracket widths,
+    resolution, wall time, notes and where a run stopped being resolved; the coarse-run arrays
+    start empty (NaN / 0)."""
+    times = axes["time"]
+    S, B, T = len(axes["solver"]), axes["beta"].size, times.size
+    t = {name: np.full((S, B, T), np.nan)
+         for name in ("w2", "w2_width", "w2_coarse", "w2_coarse_width")}
+    t.update({name: np.full((S, B), np.nan)
+              for name in ("max_difference", "seconds", "seconds_coarse", "unresolved_from")})
+    t["resolution"] = np.zeros((S, B), dtype=np.int64)
+    t["coarse_resolution"] = np.zeros((S, B), dtype=np.int64)
+    t["converged"] = np.zeros((S, B), dtype=np.int8)
+    t["note"] = np.full((S, B), "", dtype=object)
     for r in runs:
-        i, j = solvers.index(r.solver), int(np.searchsorted(betas, float(r.beta)))
-        w2[i, j] = _place(times, r.times, r.w2)
+        i, j = _index(axes, r)
+        t["w2"][i, j] = _place(times, r.times, r.w2)
         if getattr(r, "w2_width", None) is not None:
-            w2_width[i, j] = _place(times, r.times, r.w2_width)
-        resolution[i, j] = int(getattr(r, "resolution", 0))
-        c = coarse_runs.get((r.solver, float(r.beta)))
-        if c is not None:
-            keep = np.isin(np.round(c.times, 12), np.round(times, 12))
-            w2_coarse[i, j] = _place(times, np.asarray(c.times)[keep], np.asarray(c.w2)[keep])
-            if getattr(c, "w2_width", None) is not None:
-                w2_coarse_width[i, j] = _place(times, np.asarray(c.times)[keep],
-                                               np.asarray(c.w2_width)[keep])
-            coarse_resolution[i, j] = int(c.resolution)
-            seconds_coarse[i, j] = c.seconds
-            check = (checks[(r.solver, r.beta)] if checks is not None
-                     else convergence(r, c, fraction))
-            max_difference[i, j] = check["max_difference"]
-            converged[i, j] = int(check["converged"])
-        seconds[i, j] = r.seconds
+            t["w2_width"][i, j] = _place(times, r.times, r.w2_width)
+        t["resolution"][i, j] = int(getattr(r, "resolution", 0))
+        t["seconds"][i, j] = r.seconds
         notes = dict(r.notes or {})
         if notes:
-            note[i, j] = "; ".join(f"{k}: {v}" for k, v in sorted(notes.items()))
+            t["note"][i, j] = "; ".join(f"{k}: {v}" for k, v in sorted(notes.items()))
             # "stopped": the last time reached is already unresolved; "unresolved": the last one
-            unresolved_from[i, j] = float(np.asarray(r.times)[-1])
-        if getattr(r, "densities", None) is not None:
-            if dens is None:
-                dens = np.full((B, snaps.size) + np.shape(r.densities)[1:], np.nan)
-            dens[j] = _place(snaps, r.snapshot_times, r.densities)
-        if getattr(r, "positions", None) is not None:
-            if pos is None:
-                pos = np.full((B, snaps.size) + np.shape(r.positions)[1:], np.nan)
-            pos[j] = _place(snaps, r.snapshot_times, r.positions)
+            t["unresolved_from"][i, j] = float(np.asarray(r.times)[-1])
+    return t
 
-    one = {"units": "1"}
-    data = {
-        "w2": (("solver", "beta", "time"), w2,
+
+def _fill_coarse(table, runs, coarse_runs, axes, checks, fraction) -> None:
+    """Write each fine run's coarse partner (at the fine runs' output times) and the verdict of
+    their convergence check into ``table``, in place."""
+    times = axes["time"]
+    for r in runs:
+        c = coarse_runs.get((r.solver, float(r.beta)))
+        if c is None:
+            continue
+        i, j = _index(axes, r)
+        keep = np.isin(np.round(c.times, 12), np.round(times, 12))
+        c_times = np.asarray(c.times)[keep]
+        table["w2_coarse"][i, j] = _place(times, c_times, np.asarray(c.w2)[keep])
+        if getattr(c, "w2_width", None) is not None:
+            table["w2_coarse_width"][i, j] = _place(times, c_times,
+                                                    np.asarray(c.w2_width)[keep])
+        table["coarse_resolution"][i, j] = int(c.resolution)
+        table["seconds_coarse"][i, j] = c.seconds
+        check = (checks[(r.solver, r.beta)] if checks is not None
+                 else convergence(r, c, fraction))
+        table["max_difference"][i, j] = check["max_difference"]
+        table["converged"][i, j] = int(check["converged"])
+
+
+def _snapshots(runs, axes) -> dict:
+    """The stored snapshots on the (beta, snapshot_time) axes: ``density`` (B, S, nlat, nlon)
+    of the spectral runs and ``positions`` (B, S, N, 3) of the particle runs, None when no run
+    stores them."""
+    snaps, B = axes["snapshot_time"], axes["beta"].size
+    out = {"density": None, "positions": None}
+    for r in runs:
+        j = int(np.searchsorted(axes["beta"], float(r.beta)))
+        for name, values in (("density", getattr(r, "densities", None)),
+                             ("positions", getattr(r, "positions", None))):
+            if values is None:
+                continue
+            if out[name] is None:
+                out[name] = np.full((B, snaps.size) + np.shape(values)[1:], np.nan)
+            out[name][j] = _place(snaps, r.snapshot_times, values)
+    return out
+
+
+_ONE = {"units": "1"}
+
+
+def _run_variables(t, limit, limit_particles, subspace) -> dict:
+    """The variables every results.nc holds: the W2 curves and their run records, Pi#rho_0,
+    Pi#mu^N_0 and the dominant eigenspace."""
+    one = _ONE
+    return {
+        "w2": (("solver", "beta", "time"), t["w2"],
                {**one, "long_name": "W2 distance to the projected measure Pi#rho_0",
                 "cost": "chordal |x - y|^2"}),
-        "w2_width": (("solver", "beta", "time"), w2_width,
+        "w2_width": (("solver", "beta", "time"), t["w2_width"],
                      {**one, "long_name": "width upper - lower of the certified bracket of w2 "
                       "(NaN: not recorded)"}),
-        "seconds": (("solver", "beta"), seconds, {"units": "s", "long_name": "wall time of the run"}),
-        "resolution": (("solver", "beta"), resolution,
+        "seconds": (("solver", "beta"), t["seconds"],
+                    {"units": "s", "long_name": "wall time of the run"}),
+        "resolution": (("solver", "beta"), t["resolution"],
                        {**one, "long_name": "resolution: tokens N, lmax, or cells n along a cube "
                         "edge"}),
-        "unresolved_from": (("solver", "beta"), unresolved_from,
+        "unresolved_from": (("solver", "beta"), t["unresolved_from"],
                             {**one, "long_name": "time from which the run is no longer resolved "
                              "(NaN: resolved throughout)"}),
-        "note": (("solver", "beta"), note.astype(str),
+        "note": (("solver", "beta"), t["note"].astype(str),
                  {"long_name": "why the run stopped early or is unresolved"}),
         "limit_points": (("atom", "component"), limit.points,
                          {**one, "long_name": "atoms of the projected measure Pi#rho_0"}),
@@ -188,49 +248,69 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
                                 {**one, "long_name": "orthonormal basis of E, the eigenspace of "
                                  "the largest eigenvalue of A"}),
     }
-    if coarse_runs:
-        data.update({
-            "w2_coarse": (("solver", "beta", "time"), w2_coarse,
-                          {**one, "long_name": "W2 to Pi#rho_0 at the coarse resolution "
-                           "(N/4 tokens, lmax/2, n/2 cells)", "cost": "chordal |x - y|^2"}),
-            "w2_coarse_width": (("solver", "beta", "time"), w2_coarse_width,
-                                {**one, "long_name": "width of the certified bracket of "
-                                 "w2_coarse (NaN: not recorded)"}),
-            "coarse_resolution": (("solver", "beta"), coarse_resolution,
-                                  {**one, "long_name": "resolution of the coarse run"}),
-            "seconds_coarse": (("solver", "beta"), seconds_coarse,
-                               {"units": "s", "long_name": "wall time of the coarse run"}),
-            "max_difference": (("solver", "beta"), max_difference,
-                               {**one, "long_name": "max |W2 - W2_coarse| + both bracket widths at "
-                                "common times"}),
-            "converged": (("solver", "beta"), converged,
-                          {**one, "long_name": "1: max_difference < convergence_fraction * "
-                           "min W2 over the whole interval, 0: not converged or not checked"}),
-        })
-    coords = {"solver": ("solver", np.array(solvers, dtype=str), {"long_name": "solver"}),
-              "beta": ("beta", betas, {**one, "long_name": "inverse temperature beta "
-                                       "(inf: zero temperature)"}),
-              "time": io.time_coord(times),
+
+
+def _coarse_variables(t) -> dict:
+    """The variables of the convergence check: the coarse runs and the verdicts."""
+    one = _ONE
+    return {
+        "w2_coarse": (("solver", "beta", "time"), t["w2_coarse"],
+                      {**one, "long_name": "W2 to Pi#rho_0 at the coarse resolution "
+                       "(N/4 tokens, lmax/2, n/2 cells)", "cost": "chordal |x - y|^2"}),
+        "w2_coarse_width": (("solver", "beta", "time"), t["w2_coarse_width"],
+                            {**one, "long_name": "width of the certified bracket of "
+                             "w2_coarse (NaN: not recorded)"}),
+        "coarse_resolution": (("solver", "beta"), t["coarse_resolution"],
+                              {**one, "long_name": "resolution of the coarse run"}),
+        "seconds_coarse": (("solver", "beta"), t["seconds_coarse"],
+                           {"units": "s", "long_name": "wall time of the coarse run"}),
+        "max_difference": (("solver", "beta"), t["max_difference"],
+                           {**one, "long_name": "max |W2 - W2_coarse| + both bracket widths at "
+                            "common times"}),
+        "converged": (("solver", "beta"), t["converged"],
+                      {**one, "long_name": "1: max_difference < convergence_fraction * "
+                       "min W2 over the whole interval, 0: not converged or not checked"}),
+    }
+
+
+def _coordinates(axes) -> dict:
+    """The solver, beta, time, component and (when there are snapshots) snapshot_time
+    coordinates."""
+    one = _ONE
+    coords = {"solver": ("solver", np.array(axes["solver"], dtype=str), {"long_name": "solver"}),
+              "beta": ("beta", axes["beta"], {**one, "long_name": "inverse temperature beta "
+                                              "(inf: zero temperature)"}),
+              "time": io.time_coord(axes["time"]),
               "component": ("component", np.arange(3), {"long_name": "Cartesian component"})}
-    if snaps.size:
-        coords["snapshot_time"] = ("snapshot_time", snaps,
+    if axes["snapshot_time"].size:
+        coords["snapshot_time"] = ("snapshot_time", axes["snapshot_time"],
                                    {**one, "long_name": "model time of the stored snapshots"})
-    if dens is not None:
+    return coords
+
+
+def _add_snapshot_variables(data, coords, maps, map_grid) -> None:
+    """The density maps (with their lat/lon coordinates) and token positions, when stored."""
+    if maps["density"] is not None:
         lat, lon = map_grid
         coords["lat"] = ("lat", np.asarray(lat, dtype=np.float64),
                          {"units": "degrees_north", "standard_name": "latitude"})
         coords["lon"] = ("lon", np.asarray(lon, dtype=np.float64),
                          {"units": "degrees_east", "standard_name": "longitude"})
-        data["density"] = (("beta", "snapshot_time", "lat", "lon"), dens,
+        data["density"] = (("beta", "snapshot_time", "lat", "lon"), maps["density"],
                            {"units": "sr-1", "long_name": "token density against surface area "
                             "(spectral solver)"})
-    if pos is not None:
-        data["positions"] = (("beta", "snapshot_time", "token", "component"), pos,
-                             {**one, "long_name": "token positions (particle solver)"})
+    if maps["positions"] is not None:
+        data["positions"] = (("beta", "snapshot_time", "token", "component"), maps["positions"],
+                             {**_ONE, "long_name": "token positions (particle solver)"})
+
+
+def _attributes(cfg, fraction, gap, rate) -> dict:
+    """Global attributes: provenance, the scenario as JSON, the convergence fraction (None: no
+    check), the spectral gap and the zero-temperature rates."""
     attrs = {**io.global_attrs("spherepde run: low-temperature concentration on S^2", "run"),
              "scenario": io.to_json(cfg, indent=None),
              "cost": "chordal"}
-    if coarse_runs:
+    if fraction is not None:
         attrs["convergence_fraction"] = fraction
     if gap is not None:
         attrs["spectral_gap"] = float(gap)
@@ -238,7 +318,7 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
         attrs["rate_fitted"] = float(rate["fitted"])
         attrs["rate_predicted"] = float(rate["predicted"])
         attrs["rate_window"] = np.asarray(rate["window"], dtype=np.float64)
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    return attrs
 
 
 def load_results(path):

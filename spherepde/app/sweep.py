@@ -99,7 +99,8 @@ class Sweep:
     def points(self) -> list[dict]:
         """Every point of the grid, {axis: value}, in row-major order of the axes."""
         keys = list(self.axes)
-        return [dict(zip(keys, combo)) for combo in itertools.product(*self.axes.values())]
+        return [dict(zip(keys, combo, strict=True))
+                for combo in itertools.product(*self.axes.values())]
 
     def scenario(self, point: dict) -> dict:
         """The user scenario of one point: the base with the point's values set (unvalidated)."""
@@ -147,23 +148,44 @@ def _table(doc: dict, key: str, what: str) -> dict:
 
 def load_sweep(path_or_dict, out=None) -> Sweep:
     """Read and check a sweep file (or an already-parsed dict)."""
-    here = Path.cwd()
-    if isinstance(path_or_dict, dict):
-        doc = copy.deepcopy(path_or_dict)
-    else:
-        path = Path(path_or_dict)
-        if not path.is_file():
-            _fail(f"no sweep file at {path}; give the path of a TOML file with [sweep], [base] "
-                  "and [axes] (see docs/sweeps.md)")
-        doc = _read_toml(path)
-        here = path.parent
+    doc, here = _read_sweep_doc(path_or_dict)
     unknown = set(doc) - {"sweep", "base", "axes"}
     if unknown:
         _fail(f"unknown section(s) {sorted(unknown)}; a sweep file has [sweep], [base], [axes]")
     sw = _table(doc, "sweep", "sweep")
     bad = set(sw) - _SWEEP_KEYS
     if bad:
-        _fail(f"unknown key(s) {sorted('sweep.' + k for k in bad)}; allowed: {sorted(_SWEEP_KEYS)}")
+        _fail(f"unknown key(s) {sorted('sweep.' + k for k in bad)}; "
+              f"allowed: {sorted(_SWEEP_KEYS)}")
+    base = _base_scenario(doc, sw, here)
+    axes = _table(doc, "axes", "axes")
+    _check_axes(axes)
+    axes = _axes_for_base(axes, base)
+    solver, measures = _solver_and_measures(sw)
+    tol = sw.get("cluster_tol", 1e-2)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 2:
+        _fail(f"sweep.cluster_tol must be a chordal distance in (0, 2); got {tol!r}")
+    phase = _phase(sw, axes)
+    out_dir = Path(out) if out is not None else Path(sw.get("out", "sweep-output"))
+    return Sweep(base=base, axes=axes, solver=solver, measures=measures, cluster_tol=float(tol),
+                 out=out_dir, phase=phase)
+
+
+def _read_sweep_doc(path_or_dict) -> tuple[dict, Path]:
+    """The sweep document (a copy of a dict, or the parsed file) and the folder that relative
+    paths in it start from (the file's folder, or the working directory for a dict)."""
+    if isinstance(path_or_dict, dict):
+        return copy.deepcopy(path_or_dict), Path.cwd()
+    path = Path(path_or_dict)
+    if not path.is_file():
+        _fail(f"no sweep file at {path}; give the path of a TOML file with [sweep], [base] "
+              "and [axes] (see docs/sweeps.md)")
+    return _read_toml(path), path.parent
+
+
+def _base_scenario(doc: dict, sw: dict, here: Path) -> dict:
+    """The base scenario: the file sweep.base (if any) with the [base] tables written over it;
+    it must validate."""
     base: dict = {}
     for key in ("base", "out"):
         if key in sw and not isinstance(sw[key], str):
@@ -181,7 +203,12 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         validate_config(base)
     except ConfigError as exc:
         _fail(f"the base scenario is invalid: {exc}")
-    axes = _table(doc, "axes", "axes")
+    return base
+
+
+def _check_axes(axes: dict) -> None:
+    """Each axis is a scenario key (not the output folder) with a non-empty list of distinct
+    values; run.betas takes one beta per point."""
     if not axes:
         _fail("[axes] is empty: name at least one scenario key with a list of values, e.g. "
               "\"run.betas\" = [4.0, 16.0]")
@@ -199,7 +226,11 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
         if key == "run.betas" and any(isinstance(v, list) for v in values):
             _fail(f"axis 'run.betas' takes one beta per point (each task runs one beta); got "
                   f"{values!r}: write the betas as one flat list, e.g. [4.0, 16.0]")
-    # several β in the base scenario and no β axis: β becomes an axis (one β per task)
+
+
+def _axes_for_base(axes: dict, base: dict) -> dict:
+    """The axes checked against the base scenario: a seed axis needs sampled tokens, and
+    several betas in the base with no beta axis make beta the first axis (one beta per task)."""
     merged = validate_config(base)
     init = axes.get("particles.init", [merged["particles"]["init"]])
     if "particles.seed" in axes and any(i != "sample" for i in init):
@@ -209,6 +240,12 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
     if "run.betas" not in axes and len(merged["run"]["betas"]) > 1:
         axes = {"run.betas": list(base.get("run", {}).get("betas", merged["run"]["betas"])),
                 **axes}
+    return axes
+
+
+def _solver_and_measures(sw: dict) -> tuple[str, tuple]:
+    """sweep.solver and sweep.measures; the cluster measures are dropped for the density
+    solvers, since clusters are counted among tokens."""
     solver = sw.get("solver", "particles")
     if not isinstance(solver, str) or solver not in SOLVERS:
         _fail(f"sweep.solver must be one of {list(SOLVERS)}; got {solver!r}")
@@ -219,29 +256,30 @@ def load_sweep(path_or_dict, out=None) -> Sweep:
     bad = [m for m in measures if m not in MEASURES]
     if bad or not measures:
         _fail(f"sweep.measures must name some of {list(MEASURES)}; got {list(measures)!r}")
-    if solver != "particles":  # clusters are counted among tokens
+    if solver != "particles":
         measures = tuple(m for m in measures if m not in ("clusters", "single_cluster"))
-    tol = sw.get("cluster_tol", 1e-2)
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 2:
-        _fail(f"sweep.cluster_tol must be a chordal distance in (0, 2); got {tol!r}")
+    return solver, measures
+
+
+def _phase(sw: dict, axes: dict) -> dict:
+    """sweep.phase: the two axes (x, y) and the measure of the phase diagram."""
     phase = dict(_table(sw, "phase", "sweep.phase"))
-    if phase:
-        bad = set(phase) - {"x", "y", "measure"}
-        if bad:
-            _fail(f"unknown key(s) {sorted('sweep.phase.' + k for k in bad)}; allowed: x, y, "
-                  "measure")
-        for k in ("x", "y"):
-            if k in phase and (not isinstance(phase[k], str) or phase[k] not in axes):
-                _fail(f"sweep.phase.{k} = {phase[k]!r} is not an axis; axes: {list(axes)}")
-        if "x" in phase and phase.get("x") == phase.get("y"):
-            _fail(f"sweep.phase.x and sweep.phase.y are both {phase['x']!r}; a phase diagram "
-                  "needs two different axes")
-        if not isinstance(phase.get("measure", "min_w2"), str) or \
-                phase.get("measure", "min_w2") not in _SCALARS:
-            _fail(f"sweep.phase.measure must be one of {sorted(_SCALARS)}")
-    out_dir = Path(out) if out is not None else Path(sw.get("out", "sweep-output"))
-    return Sweep(base=base, axes=axes, solver=solver, measures=measures, cluster_tol=float(tol),
-                 out=out_dir, phase=phase)
+    if not phase:
+        return phase
+    bad = set(phase) - {"x", "y", "measure"}
+    if bad:
+        _fail(f"unknown key(s) {sorted('sweep.phase.' + k for k in bad)}; allowed: x, y, "
+              "measure")
+    for k in ("x", "y"):
+        if k in phase and (not isinstance(phase[k], str) or phase[k] not in axes):
+            _fail(f"sweep.phase.{k} = {phase[k]!r} is not an axis; axes: {list(axes)}")
+    if "x" in phase and phase.get("x") == phase.get("y"):
+        _fail(f"sweep.phase.x and sweep.phase.y are both {phase['x']!r}; a phase diagram "
+              "needs two different axes")
+    measure = phase.get("measure", "min_w2")
+    if not isinstance(measure, str) or measure not in _SCALARS:
+        _fail(f"sweep.phase.measure must be one of {sorted(_SCALARS)}")
+    return phase
 
 
 # ---------------------------------------------------------------------------- one task
@@ -525,7 +563,8 @@ def gather(sweep: Sweep, specs=None):
     shape = tuple(len(v) for v in sweep.axes.values())
     keys = list(sweep.axes)
     results, times = {}, None
-    for idx, spec in zip(np.ndindex(*shape), specs):
+    # one spec per grid point, in row-major order: a shorter list would misplace every task
+    for idx, spec in zip(np.ndindex(*shape), specs, strict=True):
         p = task_path(folder, spec)
         if p.exists():
             ds = io.open_dataset(p)
@@ -534,7 +573,7 @@ def gather(sweep: Sweep, specs=None):
                 times = ds["time"].values
     status = np.full(shape, "missing", dtype=object)
     error = np.full(shape, "", dtype=object)
-    for idx, spec in zip(np.ndindex(*shape), specs):
+    for idx, spec in zip(np.ndindex(*shape), specs, strict=True):
         if idx in results:
             status[idx] = "done"
         elif failure_path(folder, spec).exists():

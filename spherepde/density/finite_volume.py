@@ -36,13 +36,18 @@ import math
 import numpy as np
 
 from .. import timestepping
-from ..registry import Registry
 from ..interaction.cell_measures import CellHarmonic, EdgeVelocity
 from ..interaction.operators import DirectQuadrature, ZeroTemperature, choose_operator
+from ..registry import Registry
 from ..sphere.cubed_sphere import PANELS, CubedSphere
 from .base import DensitySolution, DensitySolver, check_mass, check_values, density_callable
-from .fv_scheme import (LIMITERS, MAX_N, QUADRATIC_EDGE_WEIGHT, RECONSTRUCTIONS,  # noqa: F401
-                        FiniteVolumeScheme)
+from .fv_scheme import (  # noqa: F401 - re-exported
+    LIMITERS,
+    MAX_N,
+    QUADRATIC_EDGE_WEIGHT,
+    RECONSTRUCTIONS,
+    FiniteVolumeScheme,
+)
 
 __all__ = ["FiniteVolumeSolver", "FiniteVolumeSolution", "FiniteVolumeScheme", "TransportSolver",
            "EdgeVelocity", "CellHarmonic", "LIMITERS", "RECONSTRUCTIONS", "SSP_SCHEMES",

@@ -36,7 +36,8 @@ average); for the polynomial ones :math:`\omega` = QUADRATIC_EDGE_WEIGHT = 1/10 
 limiter also keeps :math:`R_K \ge 0`. With all :math:`\rho_K(x_{eq})\ge 0`, one forward-Euler
 step gives
 
-.. math:: m_K^{+}/|K| \ge \sum_{e,q}\rho_K(x_{eq})\Big(\omega - \frac{\Delta t\,|e|\,u_{eq}^+}{2|K|}\Big) + (1 - 8\omega) R_K,
+.. math:: m_K^{+}/|K| \ge \sum_{e,q}\rho_K(x_{eq})
+          \Big(\omega - \frac{\Delta t\,|e|\,u_{eq}^+}{2|K|}\Big) + (1 - 8\omega) R_K,
 
 which is ≥ 0 when :math:`\Delta t\, r \le 1` with the *positivity rate*
 :math:`r = \max_{K,e,q} |e|u_{eq}^+/(2\omega|K|)`. The strong-stability-preserving Runge–Kutta
@@ -66,8 +67,9 @@ LIMITERS.register("positivity", 2)
 #: rho + phi·delta cannot cross a bound of 0.
 LIMITER_MARGIN = 1e-12
 #: Reconstructions of FiniteVolumeScheme by name -> polynomial degree (a Registry): "linear"
-#: (least-squares gradient from the four edge neighbours), "quadratic" (least squares over the eight cells sharing an
-#: edge or a vertex) and "cubic" (those and the four cells two steps away across the edges);
+#: (least-squares gradient from the four edge neighbours), "quadratic" (least squares over the
+#: eight cells sharing an edge or a vertex) and "cubic" (those and the four cells two steps away
+#: across the edges);
 #: edge values O(h^2), O(h^3), O(h^4).
 RECONSTRUCTIONS = Registry("reconstruction")
 RECONSTRUCTIONS.register("linear", 1)
@@ -181,7 +183,7 @@ def _vertex_neighbours(mesh):
     out = np.repeat(own, 4, axis=1)
     rows, cols = np.nonzero(twice)
     slot = np.zeros(N, dtype=np.int64)
-    for r, v in zip(rows, nn[:, 1:][rows, cols]):  # at most 4 per cell
+    for r, v in zip(rows, nn[:, 1:][rows, cols], strict=True):  # at most 4 per cell
         out[r, slot[r]] = v
         slot[r] += 1
     if N > 6 and not np.all((slot == 4) | (slot == 3)):

@@ -21,8 +21,13 @@ import math
 
 import numpy as np
 
-from ..interaction.operators import (DirectQuadrature, FunkHeckeS1, ZeroTemperature,
-                                     choose_operator, operator_registry)
+from ..interaction.operators import (
+    DirectQuadrature,
+    FunkHeckeS1,
+    ZeroTemperature,
+    choose_operator,
+    operator_registry,
+)
 from ..sphere import CircleGrid, as_points
 from ..transforms.fourier import analyze, synthesize
 from ..transforms.sht import fft_size

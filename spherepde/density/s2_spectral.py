@@ -30,8 +30,14 @@ import math
 
 import numpy as np
 
-from ..interaction.operators import (ChebyshevFunkHecke, DirectQuadrature, FunkHeckeS2,
-                                     ZeroTemperature, choose_operator, operator_registry)
+from ..interaction.operators import (
+    ChebyshevFunkHecke,
+    DirectQuadrature,
+    FunkHeckeS2,
+    ZeroTemperature,
+    choose_operator,
+    operator_registry,
+)
 from ..model import Model
 from ..sphere import GaussGrid, as_points, rotation_axis_frame
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays

@@ -59,18 +59,47 @@ def _tan_grid(n: int) -> np.ndarray:
 def _rectangle_area(x1, x2, y1, y2):
     r"""Exact area of the gnomonic rectangle [x1, x2] × [y1, y2] (x = tan alpha, y = tan beta):
     the difference of :math:`F(x, y) = \arctan(xy/\sqrt{1 + x^2 + y^2})`."""
-    F = lambda x, y: np.arctan(x * y / np.sqrt(1.0 + x * x + y * y))
+    def F(x, y):
+        return np.arctan(x * y / np.sqrt(1.0 + x * x + y * y))
+
     return F(x2, y2) - F(x1, y2) - F(x2, y1) + F(x1, y1)
 
 
 def _slerp(a, b, s):
-    """Points at fraction s of the great-circle arc from a to b; a, b: (..., 3), s: (k,) -> (..., k, 3)."""
+    """Points at fraction s of the great-circle arc from a to b; a, b: (..., 3), s: (k,)
+    -> (..., k, 3)."""
     cosang = np.clip(np.sum(a * b, axis=-1), -1.0, 1.0)
     ang = np.arctan2(np.linalg.norm(np.cross(a, b), axis=-1), cosang)[..., None]
     sin = np.sin(ang)
     wa = np.sin((1.0 - s) * ang) / sin
     wb = np.sin(s * ang) / sin
     return wa[..., None] * a[..., None, :] + wb[..., None] * b[..., None, :]
+
+
+def _panel_vertices(t):
+    """Vertices of every panel, V (6, n+1, n+1, 3) indexed [p, j, i], and the gnomonic
+    coordinates X[j, i] = t[i], Y[j, i] = t[j] of the nodes ``t`` (n+1,)."""
+    X, Y = np.meshgrid(t, t)
+    c, e1, e2 = PANELS[:, 0], PANELS[:, 1], PANELS[:, 2]
+    V = (c[:, None, None, :] + X[None, :, :, None] * e1[:, None, None, :]
+         + Y[None, :, :, None] * e2[:, None, None, :])
+    V /= np.sqrt(1.0 + X * X + Y * Y)[None, :, :, None]
+    return V, X, Y
+
+
+def _cell_vertex_ids(V, n):
+    """One id per geometric vertex (a vertex on a panel edge is listed by two or three panels),
+    as the (n_cells, 4) ids of each cell's corners, counter-clockwise."""
+    flat = V.reshape(-1, 3)
+    tree = cKDTree(flat)
+    dist, idx = tree.query(flat, k=min(3, flat.shape[0]))
+    tol = 1e-9 / n
+    idx = np.where(dist <= tol, idx, flat.shape[0])
+    rep = idx.min(axis=1)
+    _, vid = np.unique(rep, return_inverse=True)
+    vid = vid.reshape(6, n + 1, n + 1)
+    return np.stack([vid[:, :-1, :-1], vid[:, :-1, 1:], vid[:, 1:, 1:], vid[:, 1:, :-1]],
+                    axis=3).reshape(-1, 4)
 
 
 class CubedSphere:
@@ -125,34 +154,22 @@ class CubedSphere:
         self.n_faces = 12 * n * n
         t = _tan_grid(n)
         self._t = t
-
-        # vertices of every panel, (6, n+1, n+1, 3) indexed [p, j, i]
-        X, Y = np.meshgrid(t, t)  # X[j, i] = t[i]
-        c, e1, e2 = PANELS[:, 0], PANELS[:, 1], PANELS[:, 2]
-        V = (c[:, None, None, :] + X[None, :, :, None] * e1[:, None, None, :]
-             + Y[None, :, :, None] * e2[:, None, None, :])
-        V /= np.sqrt(1.0 + X * X + Y * Y)[None, :, :, None]
-
+        V, X, Y = _panel_vertices(t)
         corners = np.stack([V[:, :-1, :-1], V[:, :-1, 1:], V[:, 1:, 1:], V[:, 1:, :-1]], axis=3)
         self.corners = np.ascontiguousarray(corners.reshape(-1, 4, 3))
         ar = _rectangle_area(X[:-1, :-1], X[:-1, 1:], Y[:-1, :-1], Y[1:, :-1])
         self.areas = np.tile(ar.reshape(-1), 6)
+        first = self._connect(_cell_vertex_ids(V, n))
+        self._edge_geometry(first)
+        self._moments()
 
-        # one id per geometric vertex: a vertex on a panel edge is listed by two or three panels
-        flat = V.reshape(-1, 3)
-        tree = cKDTree(flat)
-        dist, idx = tree.query(flat, k=min(3, flat.shape[0]))
-        tol = 1e-9 / n
-        idx = np.where(dist <= tol, idx, flat.shape[0])
-        rep = idx.min(axis=1)
-        _, vid = np.unique(rep, return_inverse=True)
-        vid = vid.reshape(6, n + 1, n + 1)
-        cv = np.stack([vid[:, :-1, :-1], vid[:, :-1, 1:], vid[:, 1:, 1:], vid[:, 1:, :-1]],
-                      axis=3).reshape(-1, 4)
-
+    def _connect(self, cv) -> np.ndarray:
+        """Edges and neighbours from the cells' vertex ids ``cv`` (n_cells, 4): sets
+        ``cell_faces``, ``cell_signs``, ``face_cells`` and ``neighbors``, and returns, for every
+        edge, its first position in the flat (cell, corner) list, the owner's copy of it."""
         # edges: (corner k -> corner k+1) of every cell; each geometric edge appears twice
         a_id, b_id = cv, np.roll(cv, -1, axis=1)
-        key = (np.minimum(a_id, b_id).astype(np.int64) * (int(vid.max()) + 1)
+        key = (np.minimum(a_id, b_id).astype(np.int64) * (int(cv.max()) + 1)
                + np.maximum(a_id, b_id)).reshape(-1)
         uniq, first, inv, count = np.unique(key, return_index=True, return_inverse=True,
                                             return_counts=True)
@@ -172,8 +189,11 @@ class CubedSphere:
         self.face_cells = np.stack([owner, other], axis=1)
         self.neighbors = np.where(self.cell_signs > 0, other[self.cell_faces],
                                   owner[self.cell_faces])
+        return first
 
-        # edge geometry, from the owner's orientation (a -> b counter-clockwise)
+    def _edge_geometry(self, first) -> None:
+        """Lengths, outward normals, Gauss nodes and midpoints of the edges, each taken from
+        its owner's orientation (a -> b counter-clockwise); ``first`` as from :meth:`_connect`."""
         ca = self.corners.reshape(-1, 3)
         cb = np.roll(self.corners, -1, axis=1).reshape(-1, 3)
         a, b = ca[first], cb[first]
@@ -185,7 +205,11 @@ class CubedSphere:
         self.face_points = _slerp(a, b, EDGE_NODES)
         self.face_midpoints = _slerp(a, b, np.array([0.5]))[:, 0]
 
-        # exact first moments by Stokes: int_K x dA = 1/2 sum_edges length · (a × b)/|a × b|
+    def _moments(self) -> None:
+        """Exact first moments, the centres and the mesh size h."""
+        # by Stokes: int_K x dA = 1/2 sum_edges length · (a × b)/|a × b|
+        ca = self.corners.reshape(-1, 3)
+        cb = np.roll(self.corners, -1, axis=1).reshape(-1, 3)
         ang = np.arctan2(np.linalg.norm(np.cross(ca, cb), axis=-1), np.sum(ca * cb, axis=-1))
         mom = 0.5 * ang[:, None] * np.cross(ca, cb) / np.linalg.norm(np.cross(ca, cb), axis=-1,
                                                                       keepdims=True)

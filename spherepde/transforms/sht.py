@@ -73,9 +73,9 @@ class SHTBackend:
         if lmax < 0:
             raise ValueError(f"lmax must be >= 0; got {lmax}")
         if nlat < max(lmax + 1, self.min_nlat) or nlon < 2 * lmax + 1:
-            raise ValueError(f"a degree-{lmax} transform needs nlat >= {max(lmax + 1, self.min_nlat)} "
-                             f"and nlon >= {2 * lmax + 1} with the {self.name} backend; "
-                             f"got nlat = {nlat}, nlon = {nlon}")
+            raise ValueError(f"a degree-{lmax} transform needs nlat >= "
+                             f"{max(lmax + 1, self.min_nlat)} and nlon >= {2 * lmax + 1} with the "
+                             f"{self.name} backend; got nlat = {nlat}, nlon = {nlon}")
         self.lmax, self.nlat, self.nlon = lmax, nlat, nlon
         self.l, self.m = lm_arrays(lmax)
         self.nlm = self.l.size
