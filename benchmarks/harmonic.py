@@ -49,10 +49,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from particles import best_time  # noqa: E402  (benchmarks/particles.py)
+
 from spherepde.app.config import DEFAULT  # noqa: E402
 from spherepde.app.scenario import build_initial, build_model  # noqa: E402
-
-from particles import best_time  # noqa: E402  (benchmarks/particles.py)
 
 
 def tokens(n, seed=0):
@@ -85,7 +85,7 @@ def ratio(n=1 << 18, beta=256.0, subset=4096, repeat=3):
     x = tokens(n)
     w = np.full(n, 1.0 / n)
     harmonic_rhs(model, x[:1000], w[:1000] * n / 1000)  # warm-up: field set-up, ducc0 plans
-    t_h, (v, (field, stats)) = best_time(lambda: harmonic_rhs(model, x, w), repeat)
+    t_h, (v, (field, stats)) = best_time(lambda m=model, x=x, w=w: harmonic_rhs(m, x, w), repeat)
     t_n, ref = numba_rhs_time(model, x, w, subset, repeat)
     from spherepde.sphere import tangent_projection
 
@@ -167,7 +167,7 @@ def crossover(betas=(16.0, 64.0, 256.0, 1000.0), sizes=tuple(1 << k for k in ran
             x = tokens(n, seed=1)
             w = np.full(n, 1.0 / n)
             harmonic_rhs(model, x, w)
-            t_h, _ = best_time(lambda: harmonic_rhs(model, x, w), repeat)
+            t_h, _ = best_time(lambda m=model, x=x, w=w: harmonic_rhs(m, x, w), repeat)
             t_n, _ = numba_rhs_time(model, x, w, min(n, 2048), repeat)
             ratios.append(t_n / t_h)
             print(f"[crossover] beta = {beta:g}, N = {n}: numba {t_n * 1e3:.1f} ms, harmonic "

@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from spherepde.interaction.farfield import (FarField, FarFieldOptions, compiled_sizes,
-                                            _prepare)
+from spherepde.interaction.farfield import FarField, FarFieldOptions, _prepare, compiled_sizes
 from spherepde.interaction.fused import attention_numba, log_partition_numba
 from spherepde.interaction.harmonic import DEFAULT_TOL, HarmonicField
 from spherepde.interaction.options import HarmonicTuning

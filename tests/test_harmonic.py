@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-
 from spherepde.interaction.fused import attention_numba
-from spherepde.interaction.harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, HarmonicField,
-                                            PlannedField)
+from spherepde.interaction.harmonic import DEFAULT_TOL, FALLBACK_FACTOR, HarmonicField, PlannedField
 
 TOL = DEFAULT_TOL
 BETAS = [0.5, 16.0, 256.0, 1000.0]

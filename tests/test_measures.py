@@ -78,7 +78,8 @@ def test_samples_follow_the_density_chi2():
 
 
 def test_mixture_and_callable_density():
-    f = lambda x: (1 + 0.5 * x[..., 2]) / (4 * np.pi)
+    def f(x):
+        return (1 + 0.5 * x[..., 2]) / (4 * np.pi)
     c = M.CallableDensity(f)
     assert c.mass == pytest.approx(1.0, abs=1e-13)
     z = c.sample(50_000, seed=5)[:, 2]
@@ -156,7 +157,8 @@ def test_fibonacci_lattice_integrates_faster_than_random_points():
     # (a 4x step halves the error); the lattice must gain at least 8x per 4x step.
     from spherepde.sphere import fibonacci_lattice
 
-    f = lambda x: np.exp(2 * x[..., 0] * x[..., 1] + x[..., 2])
+    def f(x):
+        return np.exp(2 * x[..., 0] * x[..., 1] + x[..., 2])
     g = GaussGrid(128, 256)
     ref = g.integrate(f(g.points)) / (4 * np.pi)
     err = _lattice_errors(lambda n: abs(f(fibonacci_lattice(n)).mean() - ref))

@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde.sphere import (check_rotation, normalize, random_rotation,
-                              rotation_about_axis)
+from spherepde.sphere import check_rotation, normalize, random_rotation, rotation_about_axis
 
 
 def test_B_and_A_follow_the_spec():

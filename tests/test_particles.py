@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde.analysis import diagnostics as dg
 from spherepde import exact
+from spherepde.analysis import diagnostics as dg
 from spherepde.particles import ParticleSolver, Trajectory
 from spherepde.sphere import random_rotation
 
@@ -96,7 +96,8 @@ def test_rotation_equivariance():
     R = random_rotation(d, seed=6)
     x0 = uniform(30, d, seed=7)
     times = [0.0, 0.5, 1.0]
-    solver = lambda m: ParticleSolver(m, scheme="rk4", dt=0.05)
+    def solver(m):
+        return ParticleSolver(m, scheme="rk4", dt=0.05)
     a = solver(sp.Model(Q, K, V, beta=2.0)).solve(x0, times)
     b = solver(sp.Model(R @ Q @ R.T, R @ K @ R.T, R @ V @ R.T, beta=2.0)).solve(x0 @ R.T, times)
     # RK4 with the projective retraction commutes with rotations exactly; only round-off of
@@ -120,8 +121,9 @@ def test_open_hemisphere_ends_in_one_cluster(normalized):
 def test_numba_and_numpy_backends_give_the_same_trajectory():
     pytest.importorskip("numba")
     x0 = uniform(50, 3, seed=8)
-    run = lambda b: ParticleSolver(sp.Model(beta=3.0, d=3), scheme="rk4", dt=0.05,
-                                   kernel=b).solve(x0, [0.0, 1.0])
+    def run(b):
+        return ParticleSolver(sp.Model(beta=3.0, d=3), scheme="rk4", dt=0.05,
+                                       kernel=b).solve(x0, [0.0, 1.0])
     # backends agree to ~1e-15 per evaluation; 80 evaluations of a contracting flow
     assert np.abs(run("numba").positions - run("numpy").positions).max() < 1e-12
 

@@ -14,8 +14,8 @@ from scipy.special import eval_legendre
 import spherepde as sp
 from spherepde import exact
 from spherepde.density import FourierSolver, ResolutionWarning, SpectralSolver
-from spherepde.transforms.sht import available_backends
 from spherepde.density.s2_spectral import SpectralSolution
+from spherepde.transforms.sht import available_backends
 
 BACKENDS = available_backends()
 V_SYM = np.diag([0.6, 0.2, -0.3])  # A = V B^T symmetric with distinct eigenvalues

@@ -9,11 +9,15 @@ Run: .venv/bin/python validation/clustering.py
 """
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 
 import spherepde as sp
-from spherepde.analysis.diagnostics import cluster_count, common_hemisphere, interaction_energy, mean_inner_product
-
-from _common import publish, table
+from spherepde.analysis.diagnostics import (
+    cluster_count,
+    common_hemisphere,
+    interaction_energy,
+    mean_inner_product,
+)
 
 
 def collapse(d, beta, normalized, n=32, seed=0, t_max=3e4):

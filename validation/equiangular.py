@@ -8,11 +8,10 @@ Run: .venv/bin/python validation/equiangular.py
 """
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 
 import spherepde as sp
 from spherepde import exact
-
-from _common import publish, table
 
 
 def equiangular_tokens(n: int, rho: float) -> np.ndarray:

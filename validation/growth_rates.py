@@ -12,18 +12,18 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 from scipy.special import eval_legendre
 
 import spherepde as sp
 from spherepde import exact
 
-from _common import publish, table
-
 
 def measured_rate_s2(beta, ell, normalized, eps=1e-7):
     lam = float(exact.growth_rate(ell, beta, 3, normalized))
     T = 2.0 / lam
-    rho0 = lambda x: 1 / (4 * np.pi) + eps * np.sqrt((2 * ell + 1) / (4 * np.pi)) * eval_legendre(ell, x[..., 2])
+    def rho0(x):
+        return 1 / (4 * np.pi) + eps * np.sqrt((2 * ell + 1) / (4 * np.pi)) * eval_legendre(ell, x[..., 2])
     sol = sp.SpectralSolver(sp.Model(beta=beta, normalized=normalized), lmax=max(8, ell + 4),
                             scheme="rk4", dt=T / 200).solve(rho0, [0.0, T])
     a = sol.coefficients[:, ell].real  # the (ell, 0) coefficient in the m-major layout
@@ -33,7 +33,8 @@ def measured_rate_s2(beta, ell, normalized, eps=1e-7):
 def measured_rate_s1(beta, k, normalized, eps=1e-7):
     lam = float(exact.growth_rate(k, beta, 2, normalized))
     T = 2.0 / lam
-    rho0 = lambda x: (1 + eps * np.cos(k * np.arctan2(x[..., 1], x[..., 0]))) / (2 * np.pi)
+    def rho0(x):
+        return (1 + eps * np.cos(k * np.arctan2(x[..., 1], x[..., 0]))) / (2 * np.pi)
     sol = sp.FourierSolver(sp.Model(d=2, beta=beta, normalized=normalized), kmax=max(12, k + 6),
                            scheme="rk4", dt=T / 200).solve(rho0, [0.0, T])
     theta = np.linspace(0, 2 * np.pi, 256, endpoint=False)
@@ -71,8 +72,9 @@ def main():
     beta, K, eps = 5.0, 48, 1e-4
     rng = np.random.default_rng(0)
     noise = eps * np.exp(2j * np.pi * rng.random(K))
-    rho0 = lambda x: (1 + 2 * np.real(np.exp(1j * np.arctan2(x[..., 1], x[..., 0])[..., None]
-                                              * np.arange(1, K + 1)) @ noise)) / (2 * np.pi)
+    def rho0(x):
+        return (1 + 2 * np.real(np.exp(1j * np.arctan2(x[..., 1], x[..., 0])[..., None]
+                                                  * np.arange(1, K + 1)) @ noise)) / (2 * np.pi)
     model = sp.Model(d=2, beta=beta, normalized=False)
     k_star = exact.fastest_mode(beta, d=2, normalized=False)
     T = math.log(0.5 / eps) / float(exact.growth_rate(k_star, beta, 2, False))

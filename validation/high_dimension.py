@@ -22,13 +22,12 @@ import time
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 from scipy import special
 
 import spherepde as sp
 from spherepde.analysis.convergence import resolution_error
 from spherepde.sphere import log_sphere_area
-
-from _common import publish, table
 
 
 class ZonalLogDensity:

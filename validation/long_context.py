@@ -12,11 +12,10 @@ Run: .venv/bin/python validation/long_context.py
 """
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 
 import spherepde as sp
 from spherepde import exact
-
-from _common import publish, table
 
 
 def output_correlation(n: int, rho: float, beta: float) -> float:

@@ -39,14 +39,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import OUT, publish, table
 
 import spherepde as sp
 from spherepde import io
 from spherepde.analysis.convergence import resolution_error
 from spherepde.sphere import rotation_about_axis
 from spherepde.wasserstein.limit import _merge_atoms
-
-from _common import OUT, publish, table
 
 #: A curve is converged when its two finest resolutions differ by less than this fraction of
 #: its minimum, at every time.
@@ -358,7 +357,7 @@ def run_sensitivity(scenario, beta, n, times):
         rows = []
         solver = _particle_solver(model)
         solver.solve(x0, times, cloud.weights, every=len(times), tokens=slice(0, 1),
-                     callback=lambda i, t, x: rows.append(float(sp.w2(sp.PointCloud(
+                     callback=lambda i, t, x, rows=rows: rows.append(float(sp.w2(sp.PointCloud(
                          x, cloud.weights), limit))))
         curves.append(np.array(rows))
     return {"times": times, "w2": curves[0], "w2_moved": curves[1],

@@ -29,7 +29,6 @@ import time
 
 import matplotlib.pyplot as plt
 import numpy as np
-
 from _common import publish, table
 
 from spherepde.analysis import transport_cases as tc

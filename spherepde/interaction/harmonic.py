@@ -106,8 +106,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..sphere import orthogonal_factor
-from ..transforms.sht import ducc0_locations as _loc
 from ..transforms.fourier import fft2
+from ..transforms.sht import ducc0_locations as _loc
 from ..transforms.sht import fft_size, lm_arrays
 from . import Kernel, register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
