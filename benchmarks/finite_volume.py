@@ -149,8 +149,9 @@ def exact_w2_zero_temperature(model, mu0, times, n_phi=256, per_panel=20):
     v = np.cross(e, u)
     g, gw = np.polynomial.legendre.leggauss(per_panel)
     edges = np.concatenate([[0.0], 10.0 ** np.arange(-12, 1)])
-    t0 = np.concatenate([0.5 * (b - a) * g + 0.5 * (b + a) for a, b in zip(edges[:-1], edges[1:])])
-    tw = np.concatenate([0.5 * (b - a) * gw for a, b in zip(edges[:-1], edges[1:])])
+    panels = list(zip(edges[:-1], edges[1:], strict=True))
+    t0 = np.concatenate([0.5 * (b - a) * g + 0.5 * (b + a) for a, b in panels])
+    tw = np.concatenate([0.5 * (b - a) * gw for a, b in panels])
     t0, tw = np.concatenate([t0, -t0]), np.concatenate([tw, tw])
     phi = 2 * np.pi * np.arange(n_phi) / n_phi
     r = np.sqrt(1 - t0 ** 2)[:, None]
@@ -231,7 +232,7 @@ def convergence_table(files):
     print(f"finest two up to t = {t[-1]:.2f}: max |difference| {diff.max():.4f} at t = "
           f"{t[np.argmax(diff)]:.2f}; 5% of the finest minimum {0.05 * fine.min():.4f}: "
           f"{'within' if diff.max() <= 0.05 * fine.min() else 'not within'}")
-    for (_h, f), d in zip(runs, data):
+    for (_h, f), d in zip(runs, data, strict=True):
         share = float(d["fallback_share"]) if "fallback_share" in d.files else float("nan")
         print(f"{f}: to t = {d['times'][d['w2'].size - 1]:.2f}, wall {float(d['wall']):.0f} s, "
               f"steps {int(d['steps'])}, exact-sum share {share:.3f}")

@@ -70,7 +70,8 @@ def test_samples_follow_the_density_chi2():
         x = np.stack([s * np.cos(phi), s * np.sin(phi), np.full_like(phi, zz)], -1)
         return acg.density(x).mean() * 2 * np.pi
 
-    probs = np.array([integrate.quad(marginal, a, b, epsrel=1e-12)[0] for a, b in zip(edges[:-1], edges[1:])])
+    probs = np.array([integrate.quad(marginal, a, b, epsrel=1e-12)[0]
+                      for a, b in zip(edges[:-1], edges[1:], strict=True)])
     assert probs.sum() == pytest.approx(1.0, abs=1e-10)
     counts = np.histogram(z, edges)[0]
     # p-value threshold 1e-3: a correct sampler fails 1 run in 1000 (the seed is fixed).

@@ -283,7 +283,7 @@ def test_one_solver_solves_in_two_threads_as_in_sequence(kernel):
     sequential = [solver.solve(x0, times) for x0 in clouds]
     with ThreadPoolExecutor(2) as pool:
         threaded = list(pool.map(lambda x0: solver.solve(x0, times), clouds))
-    for a, b in zip(sequential, threaded):
+    for a, b in zip(sequential, threaded, strict=True):
         np.testing.assert_array_equal(a.positions, b.positions)
         assert a.stats == b.stats
         assert a.stats["kernel_queries"] == 300 * a.stats["fevals"]

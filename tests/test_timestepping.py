@@ -85,7 +85,7 @@ def test_adaptive_pair_tracks_tolerance(problem):
     # tighter tolerance -> smaller error, and each error within 100 x its tolerance
     # (global error = sum of local errors over ~10-100 steps)
     assert errs[0] > errs[1] > errs[2]
-    assert all(e < 100 * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
+    assert all(e < 100 * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9), strict=True))
 
 
 def test_rms_norm_tracks_tolerance(problem):
@@ -99,7 +99,7 @@ def test_rms_norm_tracks_tolerance(problem):
                               atol=rtol * 1e-2, norm="rms")
         errs.append(np.abs(out[-1] - ref).max())
     assert errs[0] > errs[1] > errs[2]
-    assert all(e < 100 * np.sqrt(24) * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
+    assert all(e < 100 * np.sqrt(24) * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9), strict=True))
 
 
 def test_rms_norm_does_not_let_one_fast_component_set_every_step():

@@ -47,17 +47,18 @@ def main():
     rows = []
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for ax, (sphere, fn, ells) in zip(axes[:2], (("S^2", measured_rate_s2, range(1, 7)),
-                                                ("S^1", measured_rate_s1, range(1, 7)))):
+                                                ("S^1", measured_rate_s1, range(1, 7))),
+                                                strict=True):
         for beta in (1.0, 5.0, 9.0):
             for normalized in (True, False):
                 # modes slower than 5% of the fastest take so long to grow e^2 that the fast
                 # ones go nonlinear first: leave them out
                 lam = exact.growth_rate(np.array(list(ells)), beta, 3 if sphere == "S^2" else 2,
                                         normalized)
-                use = [ell for ell, l in zip(ells, lam) if l >= 0.05 * lam.max()]
-                meas, pred = zip(*(fn(beta, ell, normalized) for ell in use))
+                use = [ell for ell, l in zip(ells, lam, strict=True) if l >= 0.05 * lam.max()]
+                meas, pred = zip(*(fn(beta, ell, normalized) for ell in use), strict=True)
                 kind = "SA" if normalized else "USA"
-                err = max(abs(m / p - 1) for m, p in zip(meas, pred))
+                err = max(abs(m / p - 1) for m, p in zip(meas, pred, strict=True))
                 rows.append((sphere, kind, beta, int(np.argmax(lam)) + 1, f"1..{use[-1]}", err))
                 ax.plot(list(ells), lam, "-" if normalized else "--", lw=1)
                 ax.plot(use, meas, "o", ms=3, label=f"{kind} β={beta:g}")
@@ -106,7 +107,7 @@ def main():
             + f"\n\nS^1, USA, β = {beta:g}: the fastest-growing wavenumber is {k_star}. The density "
             f"(uniform + 1e-4 noise in modes 1..{K}) has {peaks} peaks when that mode reaches half the "
             f"mean density (t = {sol.times[-1]:.2f}). 2000 uniformly sampled tokens: "
-            + ", ".join(f"{c} clusters at t = {t:.2f}" for c, t in zip(counts, t_tok[1:]))
+            + ", ".join(f"{c} clusters at t = {t:.2f}" for c, t in zip(counts, t_tok[1:], strict=True))
             + " (chordal tolerance 1e-2; a count of N means no cluster has collapsed yet; "
             "neighbouring clusters merge later, the metastable stage of docs/theory.md §3.6).")
     publish("growth_rates", fig, "Linear instability of the uniform state (docs/theory.md §3.5, §3.9)", text)

@@ -669,7 +669,7 @@ def fit_minima(curves: list[Curve], scenario: str):
                 for c in fitted if not c.interior_minimum]
     if len({p[1] for p in pts}) < MIN_FIT_BETAS:
         return pts, censored, None
-    _, b, ts, wm = (np.array(v) for v in zip(*pts))
+    _, b, ts, wm = (np.array(v) for v in zip(*pts, strict=True))
     p = np.polyfit(np.log(b), ts, 1)
     resid = ts - np.polyval(p, np.log(b))
     r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
@@ -722,7 +722,7 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
         for solver in ("particles", "finite_volume"):
             mine = [(b, ts, wm) for s_, b, ts, wm in pts if s_ == solver]
             if mine:
-                b, ts, wm = (np.array(v) for v in zip(*mine))
+                b, ts, wm = (np.array(v) for v in zip(*mine, strict=True))
                 lab = f"{solver}, dim E = {SCENARIOS[scenario]['dimE']}"
                 ax[0, 2].plot(np.log(b), ts, marks[scenario], label=lab,
                               color="C0" if solver == "particles" else "C1")
