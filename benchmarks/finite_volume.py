@@ -57,7 +57,8 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
 
     if math.isinf(beta):
         model = sp.Model(K=np.eye(3), V=np.diag([1.0, 0.4, 0.0]), beta=math.inf)
-        print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | step / pass |")
+        print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | "
+              "step / pass |")
         print("|---|---|---|---|---|---|---|")
         for n in ns:
             t0 = time.perf_counter()
@@ -68,7 +69,8 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
             solver.fv.tendency(m, un)  # compile
             rhs = best(lambda s=solver, m=m, un=un: s.fv.tendency(m, un))
             dt = solver.cfl / solver.fv.tendency(m, un)[1]
-            step = best(lambda s=solver, m=m, dt=dt: s.run(m, [0.0, dt]))  # one step of the positivity control
+            # one step of the positivity control
+            step = best(lambda s=solver, m=m, dt=dt: s.run(m, [0.0, dt]))
             ref = best(lambda m=m: np.sqrt(m * 2.0 + 1.0).sum())
             print(f"| {n} | {solver.mesh.n_cells} | {build:.2f} | {1e3 * rhs:.2f} | "
                   f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
@@ -359,12 +361,14 @@ def threads(ns, beta, repeat):
         field_t = {}
         for name, fn in (("numpy", numpy_fft2), ("ducc0", fourier.fft2)):
             harmonic.fft2 = fn
-            field_t[name] = min(_timed(lambda s=solver, m=m: s.field(0.0, m)) for _ in range(repeat))
+            field_t[name] = min(_timed(lambda s=solver, m=m: s.field(0.0, m))
+                                for _ in range(repeat))
         harmonic.fft2 = fourier.fft2
         step_t = {}
         for k in sorted({1, most}):
             numba.set_num_threads(k)
-            step_t[k] = min(_timed(lambda s=solver, m=m, u=u: [s.fv.tendency(m, u) for _ in range(3)])
+            step_t[k] = min(_timed(lambda s=solver, m=m, u=u: [s.fv.tendency(m, u)
+                                                               for _ in range(3)])
                             for _ in range(repeat))
         numba.set_num_threads(most)
         rows.append([n, round(1e3 * field_t["numpy"], 2), round(1e3 * field_t["ducc0"], 2),

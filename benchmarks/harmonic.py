@@ -27,14 +27,15 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
 6. ``--tolerances``: the right-hand sides a run of 2048 tokens at beta = 1000 to t = 14 needs
    at rtol 1e-6, 1e-7 and 1e-9, and how far each W2 curve is from the rtol 1e-9 one: what a
    looser tolerance would save the N = 10^6 run; ``--norms max rms`` adds the rms error norm
-   (``--n-tol``, ``--rtols`` set the tokens and tolerances). ``--jacobian``: whether that run is stiff
-   (the eigenvalues of the velocity's Jacobian at five times, beside the steps taken).
+   (``--n-tol``, ``--rtols`` set the tokens and tolerances). ``--jacobian``: whether that run is
+   stiff (the eigenvalues of the velocity's Jacobian at five times, beside the steps taken).
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--kernel auto] [--rtol R] [--error-norm rms] [--save-dir DIR]
        [--late [CLOUD ...]] [--n-late 262144 1000000] [--velocity-tols 1e-7]
        [--farfield CLOUD ...] [--tolerances] [--norms max rms]
-       [--n-tol 2048] [--rtols 1e-5 1e-6] [--jacobian] [--json out.json]   (no flag: the first three)
+       [--n-tol 2048] [--rtols 1e-5 1e-6] [--jacobian] [--json out.json]
+       (no flag: the first three)
 """
 from __future__ import annotations
 
@@ -254,7 +255,8 @@ def tolerances(n=2048, beta=1000.0, rtols=(1e-6, 1e-7, 1e-9), t_end=14.0, n_time
     ref = np.array(rows[0]["w2"])
     for r in rows:
         r["max_w2_change"] = float(np.max(np.abs(np.array(r["w2"]) - ref)))
-        print(f"[tolerances] N = {n}, beta = {beta:g}, {r['norm']} norm, rtol {r['rtol']:g}: {r['fevals']} "
+        print(f"[tolerances] N = {n}, beta = {beta:g}, {r['norm']} norm, rtol {r['rtol']:g}: "
+              f"{r['fevals']} "
               f"right-hand sides ({r['steps']} steps, {r['rejected']} rejected), "
               f"{r['wall_s']:.0f} s; W2 curve moves by {r['max_w2_change']:.2g} against rtol "
               f"{min(rtols):g} (5% of its minimum: {0.05 * ref.min():.3g})", flush=True)
@@ -435,7 +437,8 @@ t_numba = (time.perf_counter() - t) * n / {subset}
 print(json.dumps(dict(n=n, seconds=float(np.median(times)), all_seconds=times, vm_hwm_mb=hwm,
                       fallback=int(fb), fallback_share=fb / n, fallback_work=int(work),
                       harmonic_part_s=t_harm, farfield_s=t_far, farfield_stats=st,
-                      caps_s=t_caps, caps_sort_s=t_sort, caps_atoms_mean=float(cnt.mean()) if sub else 0.0,
+                      caps_s=t_caps, caps_sort_s=t_sort,
+                      caps_atoms_mean=float(cnt.mean()) if sub else 0.0,
                       farfield_vs_caps_max_diff=err_caps, numba_s=t_numba,
                       load_average=os.getloadavg())))
 """

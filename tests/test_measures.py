@@ -136,7 +136,8 @@ def test_measure_bad_input():
         M.Mixture([1, 2])
 
 
-@pytest.mark.parametrize("mean, e", [([1.0, 0.3], [0.6, 0.8]), ([1.0, 0.3, 0.2, 0.1], [0.6, 0.8, 0, 0])],
+@pytest.mark.parametrize("mean, e", [([1.0, 0.3], [0.6, 0.8]),
+                                     ([1.0, 0.3, 0.2, 0.1], [0.6, 0.8, 0, 0])],
                          ids=["S1", "S3"])
 def test_hemisphere_mass_vmf_other_dimensions(mean, e):
     # The half-sphere mass against the fraction of 10^6 samples: 5 binomial standard errors.

@@ -1,5 +1,6 @@
 """The Runge–Kutta registry: every scheme reaches its declared order on the sphere, and the
-adaptive default reaches 1e-8, both against the closed-form zero-temperature flow (docs/theory.md §3.3)."""
+adaptive default reaches 1e-8, both against the closed-form zero-temperature flow
+(docs/theory.md §3.3)."""
 import numpy as np
 import pytest
 
@@ -142,7 +143,8 @@ def test_bad_arguments():
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4", dt=0.1, adaptive=True)
     with pytest.raises(ValueError, match="unknown time-stepping scheme"):
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk7", dt=0.1)
-    with pytest.raises(ValueError, match=r"unknown error norm 'l2'; choose one of \['max', 'rms'\]"):
+    with pytest.raises(ValueError,
+                       match=r"unknown error norm 'l2'; choose one of \['max', 'rms'\]"):
         ts.integrate(f, np.ones(2), [0.0, 1.0], norm="l2")
 
 

@@ -23,7 +23,8 @@ def measured_rate_s2(beta, ell, normalized, eps=1e-7):
     lam = float(exact.growth_rate(ell, beta, 3, normalized))
     T = 2.0 / lam
     def rho0(x):
-        return 1 / (4 * np.pi) + eps * np.sqrt((2 * ell + 1) / (4 * np.pi)) * eval_legendre(ell, x[..., 2])
+        return (1 / (4 * np.pi)
+                + eps * np.sqrt((2 * ell + 1) / (4 * np.pi)) * eval_legendre(ell, x[..., 2]))
     sol = sp.SpectralSolver(sp.Model(beta=beta, normalized=normalized), lmax=max(8, ell + 4),
                             scheme="rk4", dt=T / 200).solve(rho0, [0.0, T])
     a = sol.coefficients[:, ell].real  # the (ell, 0) coefficient in the m-major layout
@@ -103,14 +104,18 @@ def main():
     axes[2].legend(fontsize=7)
     text = ("Largest relative error of the measured growth rates over the modes listed (those "
             "growing at >= 5% of the fastest rate), and the fastest-growing mode predicted:\n\n"
-            + table(rows, ["sphere", "attention", "beta", "fastest mode", "modes", "max rel. error"])
-            + f"\n\nS^1, USA, β = {beta:g}: the fastest-growing wavenumber is {k_star}. The density "
-            f"(uniform + 1e-4 noise in modes 1..{K}) has {peaks} peaks when that mode reaches half the "
-            f"mean density (t = {sol.times[-1]:.2f}). 2000 uniformly sampled tokens: "
-            + ", ".join(f"{c} clusters at t = {t:.2f}" for c, t in zip(counts, t_tok[1:], strict=True))
+            + table(rows, ["sphere", "attention", "beta", "fastest mode", "modes",
+                           "max rel. error"])
+            + f"\n\nS^1, USA, β = {beta:g}: the fastest-growing wavenumber is {k_star}. "
+            f"The density (uniform + 1e-4 noise in modes 1..{K}) has {peaks} peaks when that "
+            f"mode reaches half the mean density (t = {sol.times[-1]:.2f}). 2000 uniformly "
+            "sampled tokens: "
+            + ", ".join(f"{c} clusters at t = {t:.2f}"
+                        for c, t in zip(counts, t_tok[1:], strict=True))
             + " (chordal tolerance 1e-2; a count of N means no cluster has collapsed yet; "
             "neighbouring clusters merge later, the metastable stage of docs/theory.md §3.6).")
-    publish("growth_rates", fig, "Linear instability of the uniform state (docs/theory.md §3.5, §3.9)", text)
+    publish("growth_rates", fig,
+            "Linear instability of the uniform state (docs/theory.md §3.5, §3.9)", text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""docs/theory.md §3.9: long context. With beta_n = gamma log n, the attention output of n equiangular
-tokens (correlation rho) has pairwise directions <theta_i, theta_j> -> 1, 4 rho/(1+3 rho), rho
-for gamma <, =, > 1/(1 - rho).
+"""docs/theory.md §3.9: long context. With beta_n = gamma log n, the attention output of n
+equiangular tokens (correlation rho) has pairwise directions
+<theta_i, theta_j> -> 1, 4 rho/(1+3 rho), rho for gamma <, =, > 1/(1 - rho).
 
 Here theta_i = Attn(x_i)/|Attn(x_i)|, the direction of one attention layer's output; in a
 Pre-LN layer z + h Attn(z/|z|) this is the direction for h -> infinity (the residual stream is

@@ -374,7 +374,8 @@ def piece_path(store, scenario, solver, beta, res, times):
     """Where a piece is saved, and its description (part of the file name's hash)."""
     spec = {"v": VERSION, "scenario": scenario, "solver": solver, "beta": beta_label(beta),
             "res": res, "times": [float(times[0]), float(times[-1]), len(times)],
-            "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN, "kappa": KAPPA}
+            "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN,
+            "kappa": KAPPA}
     if solver in ("particles", "sensitivity"):
         spec["init"] = "lattice"  # the tokens' start (random samples before; a new piece)
     if solver == "sensitivity":
@@ -873,8 +874,8 @@ def main(argv=None):
                        sensitivities(plan, store, curves))
     if missing:
         text = (f"**Partial:** {len(missing)} pieces of the `{mode}` plan were not computed "
-                f"(`--report-only` / `--only-betas`); their curves are missing or fall back to the coarser piece "
-                f"and cannot count as converged: {'; '.join(missing)}.\n\n" + text)
+                "(`--report-only` / `--only-betas`); their curves are missing or fall back to the "
+                f"coarser piece and cannot count as converged: {'; '.join(missing)}.\n\n" + text)
     write_points(curves, OUT / f"{name}_points.csv")
     publish(name, fig, "Low-temperature concentration (docs/theory.md §3.1–3.2)", text)
 
