@@ -80,7 +80,7 @@ def test_public_names_are_listed_and_importable():
                  "FourierSolver", "w2", "sphere"):
         assert name in sp.__all__
     for name in sp.__all__:
-        getattr(sp, name)  # raises AttributeError for a listed name that is missing
+        assert hasattr(sp, name), f"{name} is listed in spherepde.__all__ but missing"
     with pytest.raises(AttributeError, match="no attribute 'spectral'"):
         _ = sp.spectral
 
