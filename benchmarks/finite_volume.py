@@ -1,4 +1,4 @@
-"""Finite-volume solver (issue 10): the cost of a step and the concentration curves. The
+"""Finite-volume solver: the cost of a step and the concentration curves. The
 transport errors against the standard test cases are validation/transport.py.
 
 1. ``cost``: wall time of the face velocities, of one right-hand side and of one SSPRK3 step

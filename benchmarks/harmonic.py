@@ -1,4 +1,4 @@
-"""Speed and memory of the harmonic kernel against the fused numba kernel (issue 9's targets).
+"""Speed and memory of the harmonic kernel against the fused numba kernel.
 
 All ratios are measured in the same run on the same machine; absolute times on a shared
 2-core machine are noisy, the ratios less so. The model is the default scenario's

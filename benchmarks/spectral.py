@@ -1,4 +1,4 @@
-"""Spectral solver costs (issue 4).
+"""Spectral solver costs.
 
 1. The Funk–Hecke right-hand side against one shtns analysis + synthesis pair on the standard
    Gauss grid (nlat = L + 1, nlon = 2L + 2) at lmax = 255, as a ratio measured in the same run

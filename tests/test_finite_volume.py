@@ -1,4 +1,4 @@
-"""Finite-volume solver on the cubed sphere (issue 10).
+"""Finite-volume solver on the cubed sphere.
 
 Reference numbers come from exact geometry (areas, first moments), closed forms (rotated
 initial data under solid-body rotation, exact.zero_temperature_density, exact.growth_rate),

@@ -42,7 +42,7 @@ def test_zero_temperature_matches_closed_form(d):
     times = np.array([0.0, 0.5, 1.0, 2.0])
     traj = ParticleSolver(model).solve(x0, times)  # default tolerances
     ref = exact.zero_temperature_flow(model, x0, times)
-    # the target for the default solver: 1e-8
+    # the default solver's accuracy target: 1e-8
     assert np.abs(traj.positions - ref).max() < 1e-8
 
 
@@ -72,7 +72,7 @@ def test_equiangular_follows_ode(normalized, kind):
         g = pair_inner(traj.positions[i])
         # symmetry is exact in exact arithmetic: the spread is round-off plus solver error
         assert g.max() - g.min() < 1e-9
-        # the target: the docs/theory.md §3.8 ODE to 1e-6
+        # the target: the docs/theory.md §3.8 ODE to 1e-6
         assert abs(g.mean() - rho_exact[i]) < 1e-6
     assert rho_exact[-1] > rho_exact[0] + 0.1  # the test is not trivially static
 

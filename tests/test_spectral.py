@@ -101,7 +101,7 @@ def test_growth_rates_s2(normalized, beta):
         sol = SpectralSolver(model, lmax=6, scheme="rk4", dt=T / 200).solve(rho0, [0.0, T])
         a = sol.coefficients[:, ell].real  # the (ell, 0) coefficient
         measured = math.log(a[1] / a[0]) / T
-        # 1e-5 relative: the target; nonlinear O(eps e^2) and RK4 errors are ~1e-6
+        # 1e-5 relative: the accuracy target; nonlinear O(eps e^2) and RK4 errors are ~1e-6
         assert abs(measured / lam - 1) < 1e-5, (ell, measured, lam)
 
 

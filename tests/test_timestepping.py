@@ -56,7 +56,7 @@ def test_empirical_order(problem, name):
     use = (errs > 1e-12) & (errs < 1e-1)
     assert use.sum() >= 3, f"{name}: too few errors in the asymptotic range: {errs}"
     slope = np.polyfit(np.log(T_END / steps[use]), np.log(errs[use]), 1)[0]
-    # the declared order, within 0.3 (the acceptance band)
+    # the declared order, within 0.3 (the acceptance band for a measured order)
     assert abs(slope - tab.order) < 0.3, f"{name}: slope {slope:.2f}, declared {tab.order}"
 
 

@@ -606,9 +606,9 @@ def _direct(qs, qlo, qhi, atoms, alo, ahi, nodes, tree, sums):
 def _runs(dir_pairs, alo, ahi):
     """The directly summed pairs (query node, atom node) merged per query node into runs of
     consecutive atoms: (run_q, run_lo, run_hi) and the atom nodes of each run,
-    run_nodes[run_start[r]:run_start[r + 1]]. Measured on late states (issue-9 tokens at
-    t = 6, a finite-volume state at beta = 256): leaf pairs of 54 atoms on average merge
-    into runs that hold a typical term in a run of ~2000 atoms."""
+    run_nodes[run_start[r]:run_start[r + 1]]. Measured on late states (the harmonic
+    benchmark's tokens at t = 6, a finite-volume state at beta = 256): leaf pairs of 54 atoms
+    on average merge into runs that hold a typical term in a run of ~2000 atoms."""
     if dir_pairs.shape[0] == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, np.zeros(1, np.int64), z
