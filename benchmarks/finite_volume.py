@@ -1,4 +1,4 @@
-"""Finite-volume solver (issue 10): the cost of a step and the concentration curves. The
+"""Finite-volume solver: the cost of a step and the concentration curves. The
 transport errors against the standard test cases are validation/transport.py.
 
 1. ``cost``: wall time of the face velocities, of one right-hand side and of one SSPRK3 step
@@ -52,10 +52,13 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
     from spherepde.density.finite_volume import CellHarmonic, EdgeVelocity, FiniteVolumeSolver
 
     print(f"numba threads: {numba.get_num_threads()}, beta = {beta:g}")
-    best = lambda fn: min(_timed(fn) for _ in range(repeat))
+    def best(fn):
+        return min(_timed(fn) for _ in range(repeat))
+
     if math.isinf(beta):
         model = sp.Model(K=np.eye(3), V=np.diag([1.0, 0.4, 0.0]), beta=math.inf)
-        print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | step / pass |")
+        print("| n | cells | mesh build s | rhs ms | SSPRK3 step ms | numpy pass ms | "
+              "step / pass |")
         print("|---|---|---|---|---|---|---|")
         for n in ns:
             t0 = time.perf_counter()
@@ -64,10 +67,11 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
             m = solver.initial_masses(sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5))
             un = solver.field(0.0, m)
             solver.fv.tendency(m, un)  # compile
-            rhs = best(lambda: solver.fv.tendency(m, un))
+            rhs = best(lambda s=solver, m=m, un=un: s.fv.tendency(m, un))
             dt = solver.cfl / solver.fv.tendency(m, un)[1]
-            step = best(lambda: solver.run(m, [0.0, dt]))  # one step of the positivity control
-            ref = best(lambda: np.sqrt(m * 2.0 + 1.0).sum())
+            # one step of the positivity control
+            step = best(lambda s=solver, m=m, dt=dt: s.run(m, [0.0, dt]))
+            ref = best(lambda m=m: np.sqrt(m * 2.0 + 1.0).sum())
             print(f"| {n} | {solver.mesh.n_cells} | {build:.2f} | {1e3 * rhs:.2f} | "
                   f"{1e3 * step:.2f} | {1e3 * ref:.3f} | {step / ref:.0f} |", flush=True)
         return
@@ -115,11 +119,11 @@ def cost(ns, repeat, beta, ref_max_n, ref_max_n_concentrated):
                 op = solver.operator
                 solver.field(0.0, m)  # compile
                 op.stats.update(queries=0, fallback=0)
-                vel = best(lambda: solver.field(0.0, m))
+                vel = best(lambda s=solver, m=m: s.field(0.0, m))
                 share = op.stats["fallback"] / max(op.stats["queries"], 1)
-                rhs = best(lambda: solver.tendency(0.0, m))
+                rhs = best(lambda s=solver, m=m: s.tendency(0.0, m))
                 dt = solver.cfl / solver.tendency(0.0, m)[1]
-                step = best(lambda: solver.run(m, [0.0, dt]))
+                step = best(lambda s=solver, m=m, dt=dt: s.run(m, [0.0, dt]))
                 rhs_of[name] = rhs
                 ratio = (f"{rhs_of['reference'] / rhs:.2f}"
                          if name == "default" and "reference" in rhs_of else
@@ -147,8 +151,9 @@ def exact_w2_zero_temperature(model, mu0, times, n_phi=256, per_panel=20):
     v = np.cross(e, u)
     g, gw = np.polynomial.legendre.leggauss(per_panel)
     edges = np.concatenate([[0.0], 10.0 ** np.arange(-12, 1)])
-    t0 = np.concatenate([0.5 * (b - a) * g + 0.5 * (b + a) for a, b in zip(edges[:-1], edges[1:])])
-    tw = np.concatenate([0.5 * (b - a) * gw for a, b in zip(edges[:-1], edges[1:])])
+    panels = list(zip(edges[:-1], edges[1:], strict=True))
+    t0 = np.concatenate([0.5 * (b - a) * g + 0.5 * (b + a) for a, b in panels])
+    tw = np.concatenate([0.5 * (b - a) * gw for a, b in panels])
     t0, tw = np.concatenate([t0, -t0]), np.concatenate([tw, tw])
     phi = 2 * np.pi * np.arange(n_phi) / n_phi
     r = np.sqrt(1 - t0 ** 2)[:, None]
@@ -229,7 +234,7 @@ def convergence_table(files):
     print(f"finest two up to t = {t[-1]:.2f}: max |difference| {diff.max():.4f} at t = "
           f"{t[np.argmax(diff)]:.2f}; 5% of the finest minimum {0.05 * fine.min():.4f}: "
           f"{'within' if diff.max() <= 0.05 * fine.min() else 'not within'}")
-    for (h, f), d in zip(runs, data):
+    for (_h, f), d in zip(runs, data, strict=True):
         share = float(d["fallback_share"]) if "fallback_share" in d.files else float("nan")
         print(f"{f}: to t = {d['times'][d['w2'].size - 1]:.2f}, wall {float(d['wall']):.0f} s, "
               f"steps {int(d['steps'])}, exact-sum share {share:.3f}")
@@ -314,8 +319,8 @@ def multirate(ns, beta, t_end, repeat, per_stage_max_n=64):
             solver = FiniteVolumeSolver(model, n)
         m = sols["multirate"].masses[-1] if sols else solver.initial_state(mu0)
         u = solver.field(t_end, m)
-        field_s = min(_timed(lambda: solver.field(t_end, m)) for _ in range(repeat))
-        step_s = min(_timed(lambda: [solver.fv.tendency(m, u) for _ in range(3)])
+        field_s = min(_timed(lambda s=solver, m=m: s.field(t_end, m)) for _ in range(repeat))
+        step_s = min(_timed(lambda s=solver, m=m, u=u: [s.fv.tendency(m, u) for _ in range(3)])
                      for _ in range(repeat))
         if not sols:
             rows.append([n] + ["-"] * 7 + [round(1e3 * field_s, 2), round(1e3 * step_s, 2),
@@ -356,12 +361,14 @@ def threads(ns, beta, repeat):
         field_t = {}
         for name, fn in (("numpy", numpy_fft2), ("ducc0", fourier.fft2)):
             harmonic.fft2 = fn
-            field_t[name] = min(_timed(lambda: solver.field(0.0, m)) for _ in range(repeat))
+            field_t[name] = min(_timed(lambda s=solver, m=m: s.field(0.0, m))
+                                for _ in range(repeat))
         harmonic.fft2 = fourier.fft2
         step_t = {}
         for k in sorted({1, most}):
             numba.set_num_threads(k)
-            step_t[k] = min(_timed(lambda: [solver.fv.tendency(m, u) for _ in range(3)])
+            step_t[k] = min(_timed(lambda s=solver, m=m, u=u: [s.fv.tendency(m, u)
+                                                               for _ in range(3)])
                             for _ in range(repeat))
         numba.set_num_threads(most)
         rows.append([n, round(1e3 * field_t["numpy"], 2), round(1e3 * field_t["ducc0"], 2),

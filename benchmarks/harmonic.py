@@ -1,4 +1,4 @@
-"""Speed and memory of the harmonic kernel against the fused numba kernel (issue 9's targets).
+"""Speed and memory of the harmonic kernel against the fused numba kernel.
 
 All ratios are measured in the same run on the same machine; absolute times on a shared
 2-core machine are noisy, the ratios less so. The model is the default scenario's
@@ -27,14 +27,15 @@ from its initial vMF(mean (0.4, 0.3, 1), kappa 1.5).
 6. ``--tolerances``: the right-hand sides a run of 2048 tokens at beta = 1000 to t = 14 needs
    at rtol 1e-6, 1e-7 and 1e-9, and how far each W2 curve is from the rtol 1e-9 one: what a
    looser tolerance would save the N = 10^6 run; ``--norms max rms`` adds the rms error norm
-   (``--n-tol``, ``--rtols`` set the tokens and tolerances). ``--jacobian``: whether that run is stiff
-   (the eigenvalues of the velocity's Jacobian at five times, beside the steps taken).
+   (``--n-tol``, ``--rtols`` set the tokens and tolerances). ``--jacobian``: whether that run is
+   stiff (the eigenvalues of the velocity's Jacobian at five times, beside the steps taken).
 
 Usage: python benchmarks/harmonic.py [--ratio] [--big] [--crossover] [--full-run]
        [--n-full 1000000] [--kernel auto] [--rtol R] [--error-norm rms] [--save-dir DIR]
        [--late [CLOUD ...]] [--n-late 262144 1000000] [--velocity-tols 1e-7]
        [--farfield CLOUD ...] [--tolerances] [--norms max rms]
-       [--n-tol 2048] [--rtols 1e-5 1e-6] [--jacobian] [--json out.json]   (no flag: the first three)
+       [--n-tol 2048] [--rtols 1e-5 1e-6] [--jacobian] [--json out.json]
+       (no flag: the first three)
 """
 from __future__ import annotations
 
@@ -49,10 +50,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from particles import best_time  # noqa: E402  (benchmarks/particles.py)
+
 from spherepde.app.config import DEFAULT  # noqa: E402
 from spherepde.app.scenario import build_initial, build_model  # noqa: E402
-
-from particles import best_time  # noqa: E402  (benchmarks/particles.py)
 
 
 def tokens(n, seed=0):
@@ -85,7 +86,7 @@ def ratio(n=1 << 18, beta=256.0, subset=4096, repeat=3):
     x = tokens(n)
     w = np.full(n, 1.0 / n)
     harmonic_rhs(model, x[:1000], w[:1000] * n / 1000)  # warm-up: field set-up, ducc0 plans
-    t_h, (v, (field, stats)) = best_time(lambda: harmonic_rhs(model, x, w), repeat)
+    t_h, (v, (field, stats)) = best_time(lambda m=model, x=x, w=w: harmonic_rhs(m, x, w), repeat)
     t_n, ref = numba_rhs_time(model, x, w, subset, repeat)
     from spherepde.sphere import tangent_projection
 
@@ -167,7 +168,7 @@ def crossover(betas=(16.0, 64.0, 256.0, 1000.0), sizes=tuple(1 << k for k in ran
             x = tokens(n, seed=1)
             w = np.full(n, 1.0 / n)
             harmonic_rhs(model, x, w)
-            t_h, _ = best_time(lambda: harmonic_rhs(model, x, w), repeat)
+            t_h, _ = best_time(lambda m=model, x=x, w=w: harmonic_rhs(m, x, w), repeat)
             t_n, _ = numba_rhs_time(model, x, w, min(n, 2048), repeat)
             ratios.append(t_n / t_h)
             print(f"[crossover] beta = {beta:g}, N = {n}: numba {t_n * 1e3:.1f} ms, harmonic "
@@ -254,7 +255,8 @@ def tolerances(n=2048, beta=1000.0, rtols=(1e-6, 1e-7, 1e-9), t_end=14.0, n_time
     ref = np.array(rows[0]["w2"])
     for r in rows:
         r["max_w2_change"] = float(np.max(np.abs(np.array(r["w2"]) - ref)))
-        print(f"[tolerances] N = {n}, beta = {beta:g}, {r['norm']} norm, rtol {r['rtol']:g}: {r['fevals']} "
+        print(f"[tolerances] N = {n}, beta = {beta:g}, {r['norm']} norm, rtol {r['rtol']:g}: "
+              f"{r['fevals']} "
               f"right-hand sides ({r['steps']} steps, {r['rejected']} rejected), "
               f"{r['wall_s']:.0f} s; W2 curve moves by {r['max_w2_change']:.2g} against rtol "
               f"{min(rtols):g} (5% of its minimum: {0.05 * ref.min():.3g})", flush=True)
@@ -435,7 +437,8 @@ t_numba = (time.perf_counter() - t) * n / {subset}
 print(json.dumps(dict(n=n, seconds=float(np.median(times)), all_seconds=times, vm_hwm_mb=hwm,
                       fallback=int(fb), fallback_share=fb / n, fallback_work=int(work),
                       harmonic_part_s=t_harm, farfield_s=t_far, farfield_stats=st,
-                      caps_s=t_caps, caps_sort_s=t_sort, caps_atoms_mean=float(cnt.mean()) if sub else 0.0,
+                      caps_s=t_caps, caps_sort_s=t_sort,
+                      caps_atoms_mean=float(cnt.mean()) if sub else 0.0,
                       farfield_vs_caps_max_diff=err_caps, numba_s=t_numba,
                       load_average=os.getloadavg())))
 """

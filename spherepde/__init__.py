@@ -1,4 +1,5 @@
-"""spherepde: mean-field dynamics of self-attention on the sphere (the public surface; docs/theory.md states the equations).
+"""spherepde: mean-field dynamics of self-attention on the sphere (the public surface;
+docs/theory.md states the equations).
 
 >>> import numpy as np, spherepde as sp
 >>> model = sp.Model(V=np.diag([1.0, 0.5, 0.25]), beta=np.inf)

@@ -36,7 +36,8 @@ def test_user_file_overrides(tmp_path):
     [
         ({"modle": {}}, r"unknown section \[modle\]; allowed sections"),
         ({"run": {"beta": [1.0]}}, r"unknown key run.beta; allowed keys in \[run\]"),
-        ({"initial": {"kind": "gaussian"}}, r"initial.kind must be one of \['uniform', 'vmf', 'bimodal'\]"),
+        ({"initial": {"kind": "gaussian"}},
+         r"initial.kind must be one of \['uniform', 'vmf', 'bimodal'\]"),
         ({"run": {"betas": [-1.0]}}, r"run.betas must be >= 0"),
         ({"run": {"betas": ["hot"]}}, r"run.betas entries must be numbers >= 0 or \"inf\""),
         ({"run": {"t_end": 0}}, r"run.t_end must be > 0"),

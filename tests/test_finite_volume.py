@@ -1,4 +1,4 @@
-"""Finite-volume solver on the cubed sphere (issue 10).
+"""Finite-volume solver on the cubed sphere.
 
 Reference numbers come from exact geometry (areas, first moments), closed forms (rotated
 initial data under solid-body rotation, exact.zero_temperature_density, exact.growth_rate),
@@ -17,9 +17,14 @@ from scipy.special import eval_legendre
 import spherepde as sp
 from spherepde import exact
 from spherepde.analysis import transport_cases as tc
+from spherepde.density.finite_volume import (
+    FiniteVolumeScheme,
+    FiniteVolumeSolution,
+    FiniteVolumeSolver,
+    TransportSolver,
+    locate,
+)
 from spherepde.sphere import rotation_about_axis
-from spherepde.density.finite_volume import (FiniteVolumeScheme, FiniteVolumeSolution,
-                                             FiniteVolumeSolver, TransportSolver, locate)
 from spherepde.sphere.cubed_sphere import CubedSphere
 
 #: Mass is a sum of cell masses updated by antisymmetric fluxes: only round-off changes it.
@@ -94,7 +99,8 @@ def test_bad_mesh_sizes():
 @pytest.mark.parametrize("rec, degree, bound", [("linear", 1, 1.85), ("quadratic", 2, 2.7),
                                                  ("cubic", 3, 3.6)])
 def test_reconstruction_order(rec, degree, bound):
-    f = lambda x: 2.0 + np.sin(2.0 * x @ np.array([0.3, -0.5, 0.8]))
+    def f(x):
+        return 2.0 + np.sin(2.0 * x @ np.array([0.3, -0.5, 0.8]))
     errs, hs, mean_err = [], [], []
     for n in (8, 16, 32):
         s = FiniteVolumeScheme(n, "none", rec)
@@ -147,16 +153,20 @@ def test_solid_body_rotation_over_the_poles_is_second_order(limiter):
     # passes next to two cube corners
     T, frac = 12.0, 0.25
     axis_vec = np.array([-1.0, 0.0, 0.0])  # alpha = pi/2
-    hill = lambda x: np.exp(-5.0 * np.sum((x - np.array([0.0, -1.0, 0.0])) ** 2, -1))
+    def hill(x):
+        return np.exp(-5.0 * np.sum((x - np.array([0.0, -1.0, 0.0])) ** 2, -1))
     norm = sp.sphere.integrate_s2(hill, 200)
-    f = lambda x: hill(x) / norm
+    def f(x):
+        return hill(x) / norm
     l1, l2, hs = [], [], []
     for n in (8, 16, 32):
         s = TransportSolver(n, tc.solid_body_rotation(np.pi / 2, T), limiter=limiter)
         sol = s.solve(f, [0.0, frac * T / 2, frac * T])
         ex = s.mesh.integrate_cells(rotated(f, axis_vec, 2 * np.pi * frac)) / s.mesh.areas
         e = tc.error_norms(sol.averages(-1), ex, s.mesh.areas)
-        l1.append(e[0]); l2.append(e[1]); hs.append(s.mesh.h)
+        l1.append(e[0])
+        l2.append(e[1])
+        hs.append(s.mesh.h)
         assert_mass_conserved(sol)
     # design order 2; measured 1.97/1.98 (none) and 1.92/1.95 (positivity) from n = 16 to 32
     assert orders(l1, hs)[-1] > 1.8 and orders(l2, hs)[-1] > 1.8, (orders(l1, hs), orders(l2, hs))
@@ -192,7 +202,8 @@ def test_gaussian_hills_in_the_deformational_flow_converge_at_second_order():
 @pytest.mark.parametrize("limiter", ["barth_jespersen", "positivity"])
 def test_positivity_on_slotted_cylinders_in_the_divergent_flow(limiter):
     # discontinuous data on a zero background: the hardest case for positivity
-    f = lambda x: tc.slotted_cylinders(x, background=0.0)
+    def f(x):
+        return tc.slotted_cylinders(x, background=0.0)
     s = TransportSolver(12, tc.divergent_flow(), limiter=limiter, mass_rtol=np.inf)
     m0 = s.mesh.integrate_cells(f)
     sol = s.solve(m0 / m0.sum() / s.mesh.areas, np.linspace(0.0, 5.0, 6))
@@ -204,7 +215,8 @@ def test_positivity_on_slotted_cylinders_in_the_divergent_flow(limiter):
 
 def test_unlimited_scheme_undershoots_on_slotted_cylinders():
     # the positivity test above can fail: without a limiter the same run goes negative
-    f = lambda x: tc.slotted_cylinders(x, background=0.0)
+    def f(x):
+        return tc.slotted_cylinders(x, background=0.0)
     s = TransportSolver(12, tc.divergent_flow(), limiter="none", mass_rtol=np.inf)
     m0 = s.mesh.integrate_cells(f)
     sol = s.solve(m0 / m0.sum() / s.mesh.areas, [0.0, 1.0])
@@ -236,7 +248,8 @@ def test_growth_rates_of_the_uniform_state_converge():
     # Q = K = V = I, beta = 5: rho_0 = (1 + eps P_l(z))/(4 pi) grows like e^{lambda_l t}
     beta, eps, ell = 5.0, 1e-4, 2
     model = sp.Model(beta=beta)
-    rho0 = lambda x: (1.0 + eps * eval_legendre(ell, x[..., 2])) / (4 * np.pi)
+    def rho0(x):
+        return (1.0 + eps * eval_legendre(ell, x[..., 2])) / (4 * np.pi)
     times = np.linspace(0.0, 1.0, 6)
     lam = float(exact.growth_rate(ell, beta))
     errs = []
@@ -358,8 +371,11 @@ def test_planned_face_velocities_meet_velocity_tol_where_the_kernel_sees_little_
 
 def test_default_velocity_tol_is_half_the_cell_fields_own_error_and_moves_a_run_little():
     pytest.importorskip("spherepde.interaction.harmonic")
-    from spherepde.density.finite_volume import (FIELD_ERROR_H2, VELOCITY_TOL_MAX,
-                                                 default_velocity_tol)
+    from spherepde.density.finite_volume import (
+        FIELD_ERROR_H2,
+        VELOCITY_TOL_MAX,
+        default_velocity_tol,
+    )
     from spherepde.sphere.cubed_sphere import CubedSphere
 
     # the rule: half of FIELD_ERROR_H2 h², capped at VELOCITY_TOL_MAX

@@ -135,7 +135,8 @@ def valid_documents(draw):
 
 
 # ----------------------------------------------------------------------------- bad values
-anything_but_number = st.one_of(st.text(max_size=5), st.booleans(), st.lists(st.integers(), max_size=2),
+anything_but_number = st.one_of(st.text(max_size=5), st.booleans(),
+                                st.lists(st.integers(), max_size=2),
                                 st.dictionaries(st.sampled_from("ab"), st.integers(), max_size=1))
 non_finite = st.sampled_from([math.nan, math.inf, -math.inf])
 BAD = {

@@ -14,8 +14,7 @@ import pytest
 
 import spherepde as sp
 from spherepde.analysis import transport_cases as tc
-from spherepde.density.finite_volume import (DEFAULT_MACRO_TOL, FiniteVolumeSolver,
-                                             TransportSolver)
+from spherepde.density.finite_volume import DEFAULT_MACRO_TOL, FiniteVolumeSolver, TransportSolver
 from spherepde.sphere import rotation_about_axis
 
 #: Mass is a sum of cell masses updated by antisymmetric fluxes: only round-off changes it.
@@ -49,7 +48,8 @@ def test_solid_body_rotation_agrees_with_per_stage():
     # time, so the macro steps only regroup the positivity-bounded steps; the two runs differ by
     # the time discretisation only, far below the spatial error
     axis, T = np.array([-1.0, 0.0, 0.0]), 12.0
-    hill = lambda x: np.exp(-5.0 * np.sum((x - np.array([0.0, -1.0, 0.0])) ** 2, -1))
+    def hill(x):
+        return np.exp(-5.0 * np.sum((x - np.array([0.0, -1.0, 0.0])) ** 2, -1))
     ref, mr = both(lambda st: TransportSolver(16, tc.solid_body_rotation(np.pi / 2, T),
                                               stepping=st, mass_rtol=np.inf),
                    lambda x: hill(x), [0.0, T / 4])
@@ -90,7 +90,8 @@ def test_deformational_flows_agree_with_per_stage_far_below_the_error(flow):
 
 
 def test_slotted_cylinders_stay_positive_and_conservative_under_multirate():
-    f = lambda x: tc.slotted_cylinders(x, background=0.0)
+    def f(x):
+        return tc.slotted_cylinders(x, background=0.0)
     s = TransportSolver(12, tc.divergent_flow(), mass_rtol=np.inf)
     assert s.stepping == "multirate"
     m0 = s.mesh.integrate_cells(f)

@@ -70,7 +70,8 @@ def test_samples_follow_the_density_chi2():
         x = np.stack([s * np.cos(phi), s * np.sin(phi), np.full_like(phi, zz)], -1)
         return acg.density(x).mean() * 2 * np.pi
 
-    probs = np.array([integrate.quad(marginal, a, b, epsrel=1e-12)[0] for a, b in zip(edges[:-1], edges[1:])])
+    probs = np.array([integrate.quad(marginal, a, b, epsrel=1e-12)[0]
+                      for a, b in zip(edges[:-1], edges[1:], strict=True)])
     assert probs.sum() == pytest.approx(1.0, abs=1e-10)
     counts = np.histogram(z, edges)[0]
     # p-value threshold 1e-3: a correct sampler fails 1 run in 1000 (the seed is fixed).
@@ -78,7 +79,8 @@ def test_samples_follow_the_density_chi2():
 
 
 def test_mixture_and_callable_density():
-    f = lambda x: (1 + 0.5 * x[..., 2]) / (4 * np.pi)
+    def f(x):
+        return (1 + 0.5 * x[..., 2]) / (4 * np.pi)
     c = M.CallableDensity(f)
     assert c.mass == pytest.approx(1.0, abs=1e-13)
     z = c.sample(50_000, seed=5)[:, 2]
@@ -134,7 +136,8 @@ def test_measure_bad_input():
         M.Mixture([1, 2])
 
 
-@pytest.mark.parametrize("mean, e", [([1.0, 0.3], [0.6, 0.8]), ([1.0, 0.3, 0.2, 0.1], [0.6, 0.8, 0, 0])],
+@pytest.mark.parametrize("mean, e", [([1.0, 0.3], [0.6, 0.8]),
+                                     ([1.0, 0.3, 0.2, 0.1], [0.6, 0.8, 0, 0])],
                          ids=["S1", "S3"])
 def test_hemisphere_mass_vmf_other_dimensions(mean, e):
     # The half-sphere mass against the fraction of 10^6 samples: 5 binomial standard errors.
@@ -156,7 +159,8 @@ def test_fibonacci_lattice_integrates_faster_than_random_points():
     # (a 4x step halves the error); the lattice must gain at least 8x per 4x step.
     from spherepde.sphere import fibonacci_lattice
 
-    f = lambda x: np.exp(2 * x[..., 0] * x[..., 1] + x[..., 2])
+    def f(x):
+        return np.exp(2 * x[..., 0] * x[..., 1] + x[..., 2])
     g = GaussGrid(128, 256)
     ref = g.integrate(f(g.points)) / (4 * np.pi)
     err = _lattice_errors(lambda n: abs(f(fibonacci_lattice(n)).mean() - ref))

@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde.sphere import (check_rotation, normalize, random_rotation,
-                              rotation_about_axis)
+from spherepde.sphere import check_rotation, normalize, random_rotation, rotation_about_axis
 
 
 def test_B_and_A_follow_the_spec():
@@ -154,7 +153,8 @@ def test_zero_temperature_velocity_is_the_local_field():
     m = sp.Model(K=K, V=np.eye(3), beta=np.inf)
     x = normalize(rng.standard_normal((6, 3)))
     Ax = x @ m.A.T
-    expected = (Ax - np.sum(Ax * x, 1, keepdims=True) * x) / np.linalg.norm(x @ m.B, axis=1)[:, None]
+    expected = ((Ax - np.sum(Ax * x, 1, keepdims=True) * x)
+                / np.linalg.norm(x @ m.B, axis=1)[:, None])
     np.testing.assert_allclose(m.velocity(x), expected, atol=1e-15)
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde.analysis import diagnostics as dg
 from spherepde import exact
+from spherepde.analysis import diagnostics as dg
 from spherepde.particles import ParticleSolver, Trajectory
 from spherepde.sphere import random_rotation
 
@@ -42,7 +42,7 @@ def test_zero_temperature_matches_closed_form(d):
     times = np.array([0.0, 0.5, 1.0, 2.0])
     traj = ParticleSolver(model).solve(x0, times)  # default tolerances
     ref = exact.zero_temperature_flow(model, x0, times)
-    # the target for the default solver: 1e-8
+    # the default solver's accuracy target: 1e-8
     assert np.abs(traj.positions - ref).max() < 1e-8
 
 
@@ -72,7 +72,7 @@ def test_equiangular_follows_ode(normalized, kind):
         g = pair_inner(traj.positions[i])
         # symmetry is exact in exact arithmetic: the spread is round-off plus solver error
         assert g.max() - g.min() < 1e-9
-        # the target: the docs/theory.md §3.8 ODE to 1e-6
+        # the target: the docs/theory.md §3.8 ODE to 1e-6
         assert abs(g.mean() - rho_exact[i]) < 1e-6
     assert rho_exact[-1] > rho_exact[0] + 0.1  # the test is not trivially static
 
@@ -96,7 +96,8 @@ def test_rotation_equivariance():
     R = random_rotation(d, seed=6)
     x0 = uniform(30, d, seed=7)
     times = [0.0, 0.5, 1.0]
-    solver = lambda m: ParticleSolver(m, scheme="rk4", dt=0.05)
+    def solver(m):
+        return ParticleSolver(m, scheme="rk4", dt=0.05)
     a = solver(sp.Model(Q, K, V, beta=2.0)).solve(x0, times)
     b = solver(sp.Model(R @ Q @ R.T, R @ K @ R.T, R @ V @ R.T, beta=2.0)).solve(x0 @ R.T, times)
     # RK4 with the projective retraction commutes with rotations exactly; only round-off of
@@ -120,8 +121,9 @@ def test_open_hemisphere_ends_in_one_cluster(normalized):
 def test_numba_and_numpy_backends_give_the_same_trajectory():
     pytest.importorskip("numba")
     x0 = uniform(50, 3, seed=8)
-    run = lambda b: ParticleSolver(sp.Model(beta=3.0, d=3), scheme="rk4", dt=0.05,
-                                   kernel=b).solve(x0, [0.0, 1.0])
+    def run(b):
+        return ParticleSolver(sp.Model(beta=3.0, d=3), scheme="rk4", dt=0.05,
+                                       kernel=b).solve(x0, [0.0, 1.0])
     # backends agree to ~1e-15 per evaluation; 80 evaluations of a contracting flow
     assert np.abs(run("numba").positions - run("numpy").positions).max() < 1e-12
 
@@ -281,7 +283,7 @@ def test_one_solver_solves_in_two_threads_as_in_sequence(kernel):
     sequential = [solver.solve(x0, times) for x0 in clouds]
     with ThreadPoolExecutor(2) as pool:
         threaded = list(pool.map(lambda x0: solver.solve(x0, times), clouds))
-    for a, b in zip(sequential, threaded):
+    for a, b in zip(sequential, threaded, strict=True):
         np.testing.assert_array_equal(a.positions, b.positions)
         assert a.stats == b.stats
         assert a.stats["kernel_queries"] == 300 * a.stats["fevals"]

@@ -312,7 +312,7 @@ def test_runs_computed_in_a_process_pool_equal_runs_computed_here(tiny, tmp_path
     pool = scenario.run_scenario(str(tiny), out=tmp_path / "b", progress=False, figures=False,
                                  workers=2)
     assert [r.key for r in here["runs"]] == [r.key for r in pool["runs"]]
-    for a, b in zip(here["runs"], pool["runs"]):
+    for a, b in zip(here["runs"], pool["runs"], strict=True):
         np.testing.assert_array_equal(a.w2, b.w2)
         np.testing.assert_array_equal(a.positions, b.positions)
     assert sorted(p.name for p in (tmp_path / "b" / "runs").iterdir()) == \
@@ -541,7 +541,7 @@ def test_the_app_solvers_are_a_registry():
     assert isinstance(scenario.SOLVER_ENTRIES, Registry)
     assert tuple(scenario.SOLVER_ENTRIES.names()) == scenario.SOLVERS
     with pytest.raises(ValueError, match="particles"):
-        scenario.Task("nope", 1.0, validate_config({})).resolution
+        _ = scenario.Task("nope", 1.0, validate_config({})).resolution
 
 
 # ---------------------------------------------------------------------------- messages

@@ -1,8 +1,8 @@
 """Spectral density solvers on S^2 (spherical harmonics) and S^1 (Fourier).
 
 Every reference number comes from a closed form (exact.zero_temperature_density, the linear
-growth rates of docs/theory.md §3.5, the exactness of solid-body rotation in span{Y_lm, l <= L}) or from
-a conservation law; each tolerance is justified where it is used.
+growth rates of docs/theory.md §3.5, the exactness of solid-body rotation in
+span{Y_lm, l <= L}) or from a conservation law; each tolerance is justified where it is used.
 """
 import math
 import warnings
@@ -14,8 +14,8 @@ from scipy.special import eval_legendre
 import spherepde as sp
 from spherepde import exact
 from spherepde.density import FourierSolver, ResolutionWarning, SpectralSolver
-from spherepde.transforms.sht import available_backends
 from spherepde.density.s2_spectral import SpectralSolution
+from spherepde.transforms.sht import available_backends
 
 BACKENDS = available_backends()
 V_SYM = np.diag([0.6, 0.2, -0.3])  # A = V B^T symmetric with distinct eigenvalues
@@ -83,7 +83,7 @@ def test_default_time_error_below_spatial_error():
     assert time_err < 0.01 * spatial, (time_err, spatial)
 
 
-# ---------------------------------------------------------------- linear growth, docs/theory.md §3.5
+# ------------------------------------------------------------- linear growth, docs/theory.md §3.5
 @pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
 @pytest.mark.parametrize("beta", [1.0, 4.0])
 def test_growth_rates_s2(normalized, beta):
@@ -94,13 +94,14 @@ def test_growth_rates_s2(normalized, beta):
         T = 2.0 / lam  # the mode grows by e^2: nonlinear terms stay O(eps e^2) ~ 1e-6 relative
 
         def rho0(x, ell=ell):
-            return 1 / (4 * np.pi) + eps * np.sqrt((2 * ell + 1) / (4 * np.pi)) * eval_legendre(ell, x[..., 2])
+            return (1 / (4 * np.pi)
+                    + eps * np.sqrt((2 * ell + 1) / (4 * np.pi)) * eval_legendre(ell, x[..., 2]))
 
         # RK4 with 200 steps: relative error ~ 2 (lam dt)^4/120 ~ 1e-8 per unit lam t
         sol = SpectralSolver(model, lmax=6, scheme="rk4", dt=T / 200).solve(rho0, [0.0, T])
         a = sol.coefficients[:, ell].real  # the (ell, 0) coefficient
         measured = math.log(a[1] / a[0]) / T
-        # 1e-5 relative: the issue's target; nonlinear O(eps e^2) and RK4 errors are ~1e-6
+        # 1e-5 relative: the accuracy target; nonlinear O(eps e^2) and RK4 errors are ~1e-6
         assert abs(measured / lam - 1) < 1e-5, (ell, measured, lam)
 
 
@@ -171,7 +172,8 @@ def test_bessel_equals_direct_s1(normalized, kind):
     fh = FourierSolver(model, kmax=K, path="funk_hecke")
     dq = FourierSolver(model, kmax=K, path="direct", kernel="numpy")
     rng = np.random.default_rng(0)
-    c = (rng.standard_normal(K + 1) + 1j * rng.standard_normal(K + 1)) * 0.01 * np.exp(-0.3 * np.arange(K + 1))
+    c = ((rng.standard_normal(K + 1) + 1j * rng.standard_normal(K + 1))
+         * 0.01 * np.exp(-0.3 * np.arange(K + 1)))
     c[0] = 1 / (2 * np.pi)
     # trapezoid rule on n >= 3K + 3 points is exact up to the Bessel tail I_n(2.4) ~ 1e-40
     r1, r2 = fh.rhs(0, c), dq.rhs(0, c)
@@ -245,7 +247,8 @@ def test_s1_usa_beta5_three_clusters(seed):
 
     def rho0(x):
         th = np.arctan2(x[..., 1], x[..., 0])
-        return (1 + 2 * np.real(np.exp(1j * th[..., None] * np.arange(1, K + 1)) @ noise)) / (2 * np.pi)
+        modes = np.exp(1j * th[..., None] * np.arange(1, K + 1))
+        return (1 + 2 * np.real(modes @ noise)) / (2 * np.pi)
 
     # run until the fastest mode has grown to half the mean density: clusters have formed
     lam = float(exact.growth_rate(kstar, beta, 2, normalized=False))
@@ -336,7 +339,8 @@ def test_bad_inputs():
         solver.solve(lambda x: np.where(x[..., 2] > 0.9, np.nan, 1 / (4 * np.pi)), [0, 0.1])
     with pytest.raises(TypeError, match="point cloud"):
         solver.solve(sp.PointCloud(np.eye(3)), [0, 0.1])
-    with pytest.warns(ResolutionWarning, match=r"not resolved at lmax = 8.*relative L2 norm.*would resolve it"):
+    with pytest.warns(ResolutionWarning,
+                      match=r"not resolved at lmax = 8.*relative L2 norm.*would resolve it"):
         solver.solve(sp.measures.VonMisesFisher([0, 0, 1.0], 30.0), [0, 0.01])
     with pytest.raises(ValueError, match="Funk–Hecke path needs B"):
         SpectralSolver(sp.Model(Q=np.diag([1.0, 2.0, 3.0])), lmax=8, path="funk_hecke")
@@ -484,5 +488,5 @@ def test_solver_settings_are_checked(kwargs, err, match):
 
 def test_negative_initial_density_is_refused():
     with pytest.raises(ValueError, match="must be >= 0"):
-        SpectralSolver(sp.Model(beta=1.0), lmax=8).solve(lambda x: (1 + 2 * x[..., 2]) / (4 * np.pi),
-                                                          [0.0, 0.1])
+        SpectralSolver(sp.Model(beta=1.0), lmax=8).solve(
+            lambda x: (1 + 2 * x[..., 2]) / (4 * np.pi), [0.0, 0.1])

@@ -68,7 +68,8 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
     bad = res["failed"][0]
     assert bad["params"] == {"model.normalized": False, "run.betas": 20.0}
     assert "ConfigError" in bad["error"] and "Traceback" in bad["traceback"]
-    assert len(reports) == 1 and "model.normalized=false" in reports[0] and "run.betas=20.0" in reports[0]
+    assert len(reports) == 1
+    assert "model.normalized=false" in reports[0] and "run.betas=20.0" in reports[0]
     ds = res["dataset"]
     cell = ds.sel({"model.normalized": "false", "run.betas": 20.0})
     assert cell["status"].item() == "failed" and np.isnan(cell["min_w2"].item())

@@ -1,10 +1,12 @@
 """The Runge–Kutta registry: every scheme reaches its declared order on the sphere, and the
-adaptive default reaches 1e-8, both against the closed-form zero-temperature flow (docs/theory.md §3.3)."""
+adaptive default reaches 1e-8, both against the closed-form zero-temperature flow
+(docs/theory.md §3.3)."""
 import numpy as np
 import pytest
 
 import spherepde as sp
-from spherepde import exact, timestepping as ts
+from spherepde import exact
+from spherepde import timestepping as ts
 from spherepde.sphere import random_rotation, retract
 
 
@@ -54,7 +56,7 @@ def test_empirical_order(problem, name):
     use = (errs > 1e-12) & (errs < 1e-1)
     assert use.sum() >= 3, f"{name}: too few errors in the asymptotic range: {errs}"
     slope = np.polyfit(np.log(T_END / steps[use]), np.log(errs[use]), 1)[0]
-    # the declared order, within 0.3 (the issue's acceptance band)
+    # the declared order, within 0.3 (the acceptance band for a measured order)
     assert abs(slope - tab.order) < 0.3, f"{name}: slope {slope:.2f}, declared {tab.order}"
 
 
@@ -84,7 +86,7 @@ def test_adaptive_pair_tracks_tolerance(problem):
     # tighter tolerance -> smaller error, and each error within 100 x its tolerance
     # (global error = sum of local errors over ~10-100 steps)
     assert errs[0] > errs[1] > errs[2]
-    assert all(e < 100 * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
+    assert all(e < 100 * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9), strict=True))
 
 
 def test_rms_norm_tracks_tolerance(problem):
@@ -98,7 +100,7 @@ def test_rms_norm_tracks_tolerance(problem):
                               atol=rtol * 1e-2, norm="rms")
         errs.append(np.abs(out[-1] - ref).max())
     assert errs[0] > errs[1] > errs[2]
-    assert all(e < 100 * np.sqrt(24) * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9)))
+    assert all(e < 100 * np.sqrt(24) * r for e, r in zip(errs, (1e-5, 1e-7, 1e-9), strict=True))
 
 
 def test_rms_norm_does_not_let_one_fast_component_set_every_step():
@@ -129,7 +131,8 @@ def test_rms_norm_does_not_let_one_fast_component_set_every_step():
 
 
 def test_bad_arguments():
-    f = lambda t, y: -y
+    def f(t, y):
+        return -y
     with pytest.raises(ValueError, match="positive"):
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4", dt=0.0)
     with pytest.raises(ValueError, match="strictly increasing"):
@@ -140,12 +143,14 @@ def test_bad_arguments():
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk4", dt=0.1, adaptive=True)
     with pytest.raises(ValueError, match="unknown time-stepping scheme"):
         ts.integrate(f, np.ones(2), [0.0, 1.0], scheme="rk7", dt=0.1)
-    with pytest.raises(ValueError, match=r"unknown error norm 'l2'; choose one of \['max', 'rms'\]"):
+    with pytest.raises(ValueError,
+                       match=r"unknown error norm 'l2'; choose one of \['max', 'rms'\]"):
         ts.integrate(f, np.ones(2), [0.0, 1.0], norm="l2")
 
 
 def test_keep_stores_only_requested_outputs():
-    f = lambda t, y: -y
+    def f(t, y):
+        return -y
     out, _ = ts.integrate(f, np.ones(1), np.linspace(0, 1, 11), scheme="rk4", dt=0.01,
                           keep=lambda i: i % 5 == 0)
     assert len(out) == 3
@@ -158,7 +163,8 @@ def test_nan_right_hand_side_is_reported_at_once():
     # A NaN field must not send the adaptive controller into millions of NaN steps.
     from spherepde.timestepping import integrate
 
-    nan_field = lambda t, y: y * np.nan
+    def nan_field(t, y):
+        return y * np.nan
     with pytest.raises(FloatingPointError, match="NaN or inf at t = 0"):
         integrate(nan_field, np.ones(3), [0.0, 1.0])
     with pytest.raises(FloatingPointError, match="became NaN"):
@@ -211,7 +217,8 @@ def test_schemes_and_norms_are_registries_listing_what_is_installed():
 
 def test_a_fixed_step_beyond_the_budget_is_refused_naming_dt():
     # 10^298 steps: refused before any work, with the setting to change
-    f = lambda t, y: -y
+    def f(t, y):
+        return -y
     with pytest.raises(ts.StepBudgetError, match=r"dt = 1e-300.*raise dt"):
         _within(10, lambda: ts.integrate(f, np.ones(2), [0.0, 0.01], scheme="euler", dt=1e-300))
     # the budget counts steps: 101 steps do not fit into max_steps = 100
@@ -269,7 +276,7 @@ def test_pi_control_reaches_the_tolerance_with_fewer_rejections():
         ctrl = ts.Adaptive(f, ts.get_scheme("dopri5"), 1e-8, 1e-10, pi_beta=beta)
         runs[beta] = ts.march(ctrl, np.array([1.0, 0.0]), [0.0, 20.0])
     ref = ts.integrate(f, np.array([1.0, 0.0]), [0.0, 20.0], rtol=1e-12, atol=1e-14)[0][-1]
-    for beta, (out, st) in runs.items():
+    for beta, (out, _st) in runs.items():
         # 20 time units at rtol 1e-8: the global error stays within 1000 rtol
         assert np.abs(out[-1] - ref).max() < 1e-5, beta
     assert runs[0.08][1]["rejected"] <= runs[0.0][1]["rejected"]

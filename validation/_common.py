@@ -15,7 +15,9 @@ OUT = Path(__file__).resolve().parent / "output"
 
 def table(rows, header) -> str:
     """A markdown table from rows of values (floats formatted to 4 significant digits)."""
-    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)

@@ -9,16 +9,21 @@ Run: .venv/bin/python validation/clustering.py
 """
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 
 import spherepde as sp
-from spherepde.analysis.diagnostics import cluster_count, common_hemisphere, interaction_energy, mean_inner_product
-
-from _common import publish, table
+from spherepde.analysis.diagnostics import (
+    cluster_count,
+    common_hemisphere,
+    interaction_energy,
+    mean_inner_product,
+)
 
 
 def collapse(d, beta, normalized, n=32, seed=0, t_max=3e4):
-    # USA runs e^beta times faster than SA near a cluster (rates 2 e^beta vs 2, docs/theory.md §3.8):
-    # its horizon is rescaled by e^-beta so both see the same number of relaxation times.
+    # USA runs e^beta times faster than SA near a cluster (rates 2 e^beta vs 2,
+    # docs/theory.md §3.8): its horizon is rescaled by e^-beta so both see the same number of
+    # relaxation times.
     if not normalized:
         t_max = t_max * np.exp(-beta)
     x0 = sp.measures.Uniform(d).sample(n, seed=seed)

@@ -8,11 +8,10 @@ Run: .venv/bin/python validation/equiangular.py
 """
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 
 import spherepde as sp
 from spherepde import exact
-
-from _common import publish, table
 
 
 def equiangular_tokens(n: int, rho: float) -> np.ndarray:
@@ -71,11 +70,13 @@ def main():
     axes[1].set_ylabel("1 - rho")
     axes[1].legend()
     axes[1].set_title(f"layers, h = {h}")
-    text = ("Particles against the equiangular ODE (max |rho_particles - rho_ODE| over t in [0, 4]; "
-            "spread = largest max-min of the off-diagonal Gram entries, 0 for exact equiangularity):\n\n"
+    text = ("Particles against the equiangular ODE (max |rho_particles - rho_ODE| over "
+            "t in [0, 4]; spread = largest max-min of the off-diagonal Gram entries, 0 for "
+            "exact equiangularity):\n\n"
             + table(rows, ["attention", "n", "beta", "max error", "spread"])
             + "\n\nCollapse rates of the discrete layers (fitted on the last 3/4 of the run):\n\n"
-            + table([(k, m, s, p) for k, m, s, p in rates], ["layer", "measured", "slope", "predicted"]))
+            + table([(k, m, s, p) for k, m, s, p in rates],
+                    ["layer", "measured", "slope", "predicted"]))
     publish("equiangular", fig, "Equiangular tokens (docs/theory.md §3.8)", text)
 
 

@@ -22,13 +22,12 @@ import time
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 from scipy import special
 
 import spherepde as sp
 from spherepde.analysis.convergence import resolution_error
 from spherepde.sphere import log_sphere_area
-
-from _common import publish, table
 
 
 class ZonalLogDensity:
@@ -164,14 +163,16 @@ def main():
     rows = theorem1(ds, betas, ns, times, axes[0])
     crow = clustering(ds, ns[0], axes[1])
     text = ("Zonal densities (ZonalSolver) on S^{d-1}; B = I, V = diag(1, 1/2, ..., 1/2) "
-            f"(γ = 1/2, dim E = 1), SA, ρ0 = vMF(e, √d), T = {times[-1]:g}, cells n = {ns[0]} and {ns[1]}. W2 chordal, "
+            f"(γ = 1/2, dim E = 1), SA, ρ0 = vMF(e, √d), T = {times[-1]:g}, "
+            f"cells n = {ns[0]} and {ns[1]}. W2 chordal, "
             "exact against ±e for the cell marginal. 'converged': the two resolutions differ "
             "by < 5% of W2 (share of output times, and at the minimum).\n\n"
             + table(rows, ["d", "β", "m+", "rate t∈(0.5,4]", "rate, 0.03 ≤ W2 ≤ 0.3 (γ/2 = 0.25)",
                            "min W2", "sqrt(log(β+1)/β)", "t*", "log β", "W2(T)",
                            "mass moved north", "converged", "at min", "wall s"])
             + "\n\nClustering (docs/theory.md §3.6), β = 1, Q = K = V = I, one cap vMF(e, d/4): "
-            "W2(μ_t, δ_e) and its rate while 0.05 ≤ W2 ≤ 0.5 (above the cells' floor); two caps 0.6·vMF(e, d) + "
+            "W2(μ_t, δ_e) and its rate while 0.05 ≤ W2 ≤ 0.5 (above the cells' floor); "
+            "two caps 0.6·vMF(e, d) + "
             "0.4·vMF(−e, d) at β = 4: the mass left in the southern hemisphere at t = 20 "
             "(0.4 = no decay: under the zonal symmetry both caps sit on fixed points).\n\n"
             + table(crow, ["d", "W2(0)", "W2(10)", "rate", "south mass at t = 20 (two caps)"]))

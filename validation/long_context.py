@@ -1,6 +1,6 @@
-"""docs/theory.md §3.9: long context. With beta_n = gamma log n, the attention output of n equiangular
-tokens (correlation rho) has pairwise directions <theta_i, theta_j> -> 1, 4 rho/(1+3 rho), rho
-for gamma <, =, > 1/(1 - rho).
+"""docs/theory.md §3.9: long context. With beta_n = gamma log n, the attention output of n
+equiangular tokens (correlation rho) has pairwise directions
+<theta_i, theta_j> -> 1, 4 rho/(1+3 rho), rho for gamma <, =, > 1/(1 - rho).
 
 Here theta_i = Attn(x_i)/|Attn(x_i)|, the direction of one attention layer's output; in a
 Pre-LN layer z + h Attn(z/|z|) this is the direction for h -> infinity (the residual stream is
@@ -12,11 +12,10 @@ Run: .venv/bin/python validation/long_context.py
 """
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import publish, table
 
 import spherepde as sp
 from spherepde import exact
-
-from _common import publish, table
 
 
 def output_correlation(n: int, rho: float, beta: float) -> float:

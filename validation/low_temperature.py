@@ -39,14 +39,13 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _common import OUT, publish, table
 
 import spherepde as sp
 from spherepde import io
 from spherepde.analysis.convergence import resolution_error
 from spherepde.sphere import rotation_about_axis
 from spherepde.wasserstein.limit import _merge_atoms
-
-from _common import OUT, publish, table
 
 #: A curve is converged when its two finest resolutions differ by less than this fraction of
 #: its minimum, at every time.
@@ -358,7 +357,7 @@ def run_sensitivity(scenario, beta, n, times):
         rows = []
         solver = _particle_solver(model)
         solver.solve(x0, times, cloud.weights, every=len(times), tokens=slice(0, 1),
-                     callback=lambda i, t, x: rows.append(float(sp.w2(sp.PointCloud(
+                     callback=lambda i, t, x, rows=rows: rows.append(float(sp.w2(sp.PointCloud(
                          x, cloud.weights), limit))))
         curves.append(np.array(rows))
     return {"times": times, "w2": curves[0], "w2_moved": curves[1],
@@ -375,7 +374,8 @@ def piece_path(store, scenario, solver, beta, res, times):
     """Where a piece is saved, and its description (part of the file name's hash)."""
     spec = {"v": VERSION, "scenario": scenario, "solver": solver, "beta": beta_label(beta),
             "res": res, "times": [float(times[0]), float(times[-1]), len(times)],
-            "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN, "kappa": KAPPA}
+            "model": SCENARIOS[scenario], "axis": AXIS, "angle": ANGLE, "mean": MEAN,
+            "kappa": KAPPA}
     if solver in ("particles", "sensitivity"):
         spec["init"] = "lattice"  # the tokens' start (random samples before; a new piece)
     if solver == "sensitivity":
@@ -670,7 +670,7 @@ def fit_minima(curves: list[Curve], scenario: str):
                 for c in fitted if not c.interior_minimum]
     if len({p[1] for p in pts}) < MIN_FIT_BETAS:
         return pts, censored, None
-    _, b, ts, wm = (np.array(v) for v in zip(*pts))
+    _, b, ts, wm = (np.array(v) for v in zip(*pts, strict=True))
     p = np.polyfit(np.log(b), ts, 1)
     resid = ts - np.polyval(p, np.log(b))
     r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
@@ -723,7 +723,7 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
         for solver in ("particles", "finite_volume"):
             mine = [(b, ts, wm) for s_, b, ts, wm in pts if s_ == solver]
             if mine:
-                b, ts, wm = (np.array(v) for v in zip(*mine))
+                b, ts, wm = (np.array(v) for v in zip(*mine, strict=True))
                 lab = f"{solver}, dim E = {SCENARIOS[scenario]['dimE']}"
                 ax[0, 2].plot(np.log(b), ts, marks[scenario], label=lab,
                               color="C0" if solver == "particles" else "C1")
@@ -874,8 +874,8 @@ def main(argv=None):
                        sensitivities(plan, store, curves))
     if missing:
         text = (f"**Partial:** {len(missing)} pieces of the `{mode}` plan were not computed "
-                f"(`--report-only` / `--only-betas`); their curves are missing or fall back to the coarser piece "
-                f"and cannot count as converged: {'; '.join(missing)}.\n\n" + text)
+                "(`--report-only` / `--only-betas`); their curves are missing or fall back to the "
+                f"coarser piece and cannot count as converged: {'; '.join(missing)}.\n\n" + text)
     write_points(curves, OUT / f"{name}_points.csv")
     publish(name, fig, "Low-temperature concentration (docs/theory.md §3.1–3.2)", text)
 

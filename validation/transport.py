@@ -29,7 +29,6 @@ import time
 
 import matplotlib.pyplot as plt
 import numpy as np
-
 from _common import publish, table
 
 from spherepde.analysis import transport_cases as tc
@@ -80,7 +79,7 @@ def main(ns, quick, runs):
             r = run(case, n, rec, lim)
             o = (["", "", ""] if prev is None else
                  [f"{math.log(p / e) / math.log(prev['h'] / r['h']):.2f}"
-                  for p, e in zip(prev["errs"], r["errs"])])
+                  for p, e in zip(prev["errs"], r["errs"], strict=True)])
             prev = r
             curves.setdefault((case, rec, lim), []).append((n, r["errs"][1]))
             rows.append([CASES[case][3], rec, lim, n, *[float(e) for e in r["errs"]], *o,

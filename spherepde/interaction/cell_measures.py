@@ -62,8 +62,14 @@ class CellHarmonic(VelocityOperator):
     def __init__(self, model, mesh: CubedSphere, targets, order: int = 2, planned: bool = True,
                  velocity_tol: float | None = None, flux_criterion: bool = True,
                  field_tol: float | None = None):
-        from .harmonic import (DEFAULT_TOL, FALLBACK_FACTOR, NUFFT_EPS_MIN,
-                                            HarmonicField, PlannedField, check_velocity_tol)
+        from .harmonic import (
+            DEFAULT_TOL,
+            FALLBACK_FACTOR,
+            NUFFT_EPS_MIN,
+            HarmonicField,
+            PlannedField,
+            check_velocity_tol,
+        )
 
         super().__init__(model, mesh.centers, mesh.areas, (), targets)
         if velocity_tol is None:

@@ -69,7 +69,8 @@ the direct sum, and splitting it is not cheaper: the split's cost is estimated o
 down, each of the two child pairs at the cheaper of its own expansion and its direct sum (0
 if dropped). A large set alone does not decide it: the children's sets are smaller by a
 factor that depends on tol and on the cloud. Otherwise the pair is summed directly (leaves,
-small pairs) or the node with more points is split. The direct pairs of a query node are merged into runs of consecutive atoms
+small pairs) or the node with more points is split. The direct pairs of a query node are
+merged into runs of consecutive atoms
 (a subtree's atoms are contiguous in tree order), each summed in one vectorized pass. For two
 clusters of radius r the cost is about :math:`N\,|S|\,(1 + \beta r^2/U_{\max})` instead of
 :math:`N^2/2`; tails along a curve cost more (every piece of a query curve meets every piece
@@ -605,9 +606,9 @@ def _direct(qs, qlo, qhi, atoms, alo, ahi, nodes, tree, sums):
 def _runs(dir_pairs, alo, ahi):
     """The directly summed pairs (query node, atom node) merged per query node into runs of
     consecutive atoms: (run_q, run_lo, run_hi) and the atom nodes of each run,
-    run_nodes[run_start[r]:run_start[r + 1]]. Measured on late states (issue-9 tokens at
-    t = 6, a finite-volume state at beta = 256): leaf pairs of 54 atoms on average merge
-    into runs that hold a typical term in a run of ~2000 atoms."""
+    run_nodes[run_start[r]:run_start[r + 1]]. Measured on late states (the harmonic
+    benchmark's tokens at t = 6, a finite-volume state at beta = 256): leaf pairs of 54 atoms
+    on average merge into runs that hold a typical term in a run of ~2000 atoms."""
     if dir_pairs.shape[0] == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, np.zeros(1, np.int64), z
@@ -830,9 +831,10 @@ def _cheapest(Q, P, qtree, qlam, qmax, atree, alogW, wp, sizes, alpha, lookup, u
 
 @njit(cache=True, nogil=True)
 def _traverse(qtree, qlam, qmax, atree, alogW, wp, start=0):
-    """The dual-tree walk from (query node ``start``, root): each pair of nodes is dropped, expanded, summed
-    directly or split (module docstring). A pair is dropped when its largest possible term
-    e^hi, times the atom node's weight W_A, is at most D/2 e^{lambda_Q} max(W_A/|w|, 1/K)
+    """The dual-tree walk from (query node ``start``, root): each pair of nodes is dropped,
+    expanded, summed directly or split (module docstring). A pair is dropped when its largest
+    possible term e^hi, times the atom node's weight W_A, is at most
+    D/2 e^{lambda_Q} max(W_A/|w|, 1/K)
     (log_drop = log(D/(2|w|)), log_leaf = log(D/(2K)), K the atom tree's leaves). Returns
     the pairs to expand and to sum directly, (n, 2) each, and the number of dropped pairs.
     ``wp``: a :data:`WalkParams`."""

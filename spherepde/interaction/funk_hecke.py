@@ -208,7 +208,7 @@ def attention_s1(rho_k: np.ndarray, n: int, c: float, O: np.ndarray, V: np.ndarr
 
 
 class GeneralFunkHecke:
-    r"""Sub-quadratic attention on S^2 for a general invertible B (the stretch goal of issue 4).
+    r"""Sub-quadratic attention on S^2 for a general invertible B.
 
     With :math:`\kappa(x) = \beta|B^\top x|` and :math:`n(x) = B^\top x/|B^\top x|`, the kernel is
     :math:`e^{\kappa(x)\langle n(x), y\rangle}`: zonal around n(x) with a strength that varies

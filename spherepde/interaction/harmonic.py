@@ -73,7 +73,8 @@ floor over its own G whatever tol is: tol moves L, not the bound. Every evaluati
 therefore returns this bound per query, and :meth:`HarmonicField.attention_of_points`
 computes the queries whose bound exceeds the accuracy asked of it (``velocity_tol``; by
 default ``FALLBACK_FACTOR * tol``) another way: a few (at
-most ``direct_fallback_max`` of :class:`~spherepde.interaction.options.HarmonicTuning`) by full sums over the atoms
+most ``direct_fallback_max`` of :class:`~spherepde.interaction.options.HarmonicTuning`) by
+full sums over the atoms
 (:func:`spherepde.interaction.caps.full_sums`), more by the dual-tree far-field expansion of
 :mod:`spherepde.interaction.farfield`. Late in a low-temperature run nearly every query falls
 back (the tokens have gathered and n(x) looks away from them); the queries are then clustered
@@ -106,8 +107,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..sphere import orthogonal_factor
-from ..transforms.sht import ducc0_locations as _loc
 from ..transforms.fourier import fft2
+from ..transforms.sht import ducc0_locations as _loc
 from ..transforms.sht import fft_size, lm_arrays
 from . import Kernel, register_kernel
 from .funk_hecke import circular_multipliers, spherical_multipliers
@@ -523,7 +524,8 @@ class HarmonicField:
         row = node_weights.sum(axis=1)
         if np.abs(row - 1.0).max(initial=0.0) > 1e-10:
             raise ValueError("node_weights must sum to 1 on every cell (divide the quadrature "
-                             f"weights by the cell area); worst row sum {row[np.argmax(np.abs(row - 1))]}")
+                             "weights by the cell area); worst row sum "
+                             f"{row[np.argmax(np.abs(row - 1))]}")
         w = (masses[:, None] * node_weights).reshape(-1)
         return self.moments(nodes.reshape(-1, self.d), w)
 

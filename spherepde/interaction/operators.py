@@ -38,8 +38,14 @@ from ..registry import Registry
 from ..sphere import orthogonal_factor
 from . import attention as kernel_attention
 from .energy import energy_from_partition, quadrature_partition
-from .funk_hecke import (GeneralFunkHecke, attention_s1, attention_s2, circular_multipliers,
-                         funk_hecke_fields_s2, spherical_multipliers)
+from .funk_hecke import (
+    GeneralFunkHecke,
+    attention_s1,
+    attention_s2,
+    circular_multipliers,
+    funk_hecke_fields_s2,
+    spherical_multipliers,
+)
 from .numerics import usa_scale
 from .zero_temperature import zero_temperature_attention
 

@@ -15,7 +15,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-__all__ = ["HarmonicOptions", "HarmonicTuning", "AutoProfile", "FarFieldOptions", "DEFAULT_TOL", "FALLBACK_FACTOR"]
+__all__ = ["HarmonicOptions", "HarmonicTuning", "AutoProfile", "FarFieldOptions", "DEFAULT_TOL",
+           "FALLBACK_FACTOR"]
 
 #: Default truncation tolerance of the harmonic kernel: E(L) <= tol · mean of G.
 DEFAULT_TOL = 1e-12

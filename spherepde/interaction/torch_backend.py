@@ -60,7 +60,9 @@ def attention_torch(x, keys, values, weights, beta: float, normalized: bool, dev
     (default :func:`default_device`) in ``dtype`` (default float64)."""
     device = default_device() if device is None else torch.device(device)
     logw = log_weights(weights)
-    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+    def t(a):
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+
     with torch.no_grad():
         out, row_max = attention_tensors(t(x), t(keys), t(values), t(logw), float(beta),
                                          bool(normalized))
