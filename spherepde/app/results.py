@@ -15,7 +15,8 @@ Layout (CF-style units and long names on every variable):
 - ``seconds`` (solver, beta), ``note`` (solver, beta): wall time and why a run stopped or was
   unresolved ("" when it was neither), ``unresolved_from`` (solver, beta): the time from which
   the curve no longer measures the dynamics (NaN when resolved throughout);
-- ``density`` (beta, snapshot_time, lat, lon): the spectral density on a regular map grid;
+- ``density`` (beta, snapshot_time, lat, lon): the density on a regular map grid, from the
+  solver that ``density_solver`` (beta) names ("finite_volume" or "spectral"; "" for none);
 - ``positions`` (beta, snapshot_time, token, component): the tokens at the same times;
 - ``limit_points`` (atom, component), ``limit_weights`` (atom): Π#ρ_0, and
   ``limit_weights_particles`` (atom): Π#μ^N_0 of the sampled tokens;
@@ -128,6 +129,7 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
     unresolved_from = np.full((S, B), np.nan)
     note = np.full((S, B), "", dtype=object)
     dens = pos = None
+    density_solver = np.full(B, "", dtype=object)
     for r in runs:
         i, j = solvers.index(r.solver), int(np.searchsorted(betas, float(r.beta)))
         w2[i, j] = _place(times, r.times, r.w2)
@@ -157,6 +159,7 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
             if dens is None:
                 dens = np.full((B, snaps.size) + np.shape(r.densities)[1:], np.nan)
             dens[j] = _place(snaps, r.snapshot_times, r.densities)
+            density_solver[j] = r.solver
         if getattr(r, "positions", None) is not None:
             if pos is None:
                 pos = np.full((B, snaps.size) + np.shape(r.positions)[1:], np.nan)
@@ -223,7 +226,10 @@ def results_dataset(cfg: dict, runs, *, limit, limit_particles, subspace, gap=No
                          {"units": "degrees_east", "standard_name": "longitude"})
         data["density"] = (("beta", "snapshot_time", "lat", "lon"), dens,
                            {"units": "sr-1", "long_name": "token density against surface area "
-                            "(spectral solver)"})
+                            "(the solver of density_solver)"})
+        data["density_solver"] = ("beta", density_solver.astype(str),
+                                  {"long_name": "the solver whose density is mapped at each beta "
+                                   "(\"\": none)"})
     if pos is not None:
         data["positions"] = (("beta", "snapshot_time", "token", "component"), pos,
                              {**one, "long_name": "token positions (particle solver)"})
