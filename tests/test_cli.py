@@ -165,6 +165,18 @@ def test_run_checks_convergence_with_a_coarse_twin_of_every_curve(small_run):
     assert np.all(np.abs(fv0 - sp0) < 0.05)
     summary = (out / "summary.md").read_text()
     assert "coarse" in summary and "converged" in summary and "finite_volume, β=4" in summary
+    # one line lists the verdicts of the table, by solver
+    line = next(x for x in summary.splitlines() if x.startswith("Converged: "))
+    yes, no = line.removeprefix("Converged: ").removesuffix(".").split(". Not converged: ")
+    listed = {True: set(), False: set()}
+    for ok, part in ((True, yes), (False, no)):
+        for group in part.split("; ") if part != "none" else []:
+            solver, betas = group.split(" at β = ")
+            listed[ok] |= {(solver, float(b)) for b in betas.split(", ")}
+    for ok in (True, False):
+        assert listed[ok] == {(str(s), float(b)) for s in ds["solver"].values
+                              for b in ds["beta"].values
+                              if bool(ds["converged"].sel(solver=s, beta=b).item()) == ok}
 
 
 def test_plot_command_redraws_a_saved_run(small_run, tmp_path):

@@ -748,6 +748,21 @@ def _fit_zero_temperature_rate(runs: list[Run], report):
             "window": [float(t[sel][0]), float(t[sel][-1])]}
 
 
+def _verdicts(fine: list[Run], checks: dict, coarse: dict) -> str:
+    """One line: the checked curves that are converged and those that are not, per solver,
+    e.g. "Converged: finite_volume at β = 4, 16. Not converged: finite_volume at β = inf."."""
+    groups = {True: {}, False: {}}
+    for r in fine:
+        if (r.solver, r.beta) in coarse:
+            ok = bool(checks[(r.solver, r.beta)]["converged"])
+            groups[ok].setdefault(r.solver, []).append(beta_text(r.beta))
+
+    def listed(by_solver):
+        return "; ".join(f"{s} at β = {', '.join(b)}" for s, b in by_solver.items()) or "none"
+
+    return f"Converged: {listed(groups[True])}. Not converged: {listed(groups[False])}."
+
+
 def _agreement(fine: list[Run], checks: dict) -> list[str]:
     """Table rows comparing every pair of solvers at one β on their common output times."""
     rows = []
@@ -845,6 +860,8 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
         lines.append(f"| {run.title} | {run.resolution_text} | {w[i]:.4g} | {t[i]:.3g} | "
                      f"{w[-1]:.4g} | {t[-1]:.3g} | {run.seconds:.1f} | {tail} |")
     lines.append("")
+    if coarse:
+        lines += [_verdicts(fine, checks, coarse), ""]
     stops = [(r.title, "ended early", r.notes["stopped"]) for r in fine if r.notes.get("stopped")]
     stops += [(r.title, "reached its last time, but", r.notes["unresolved"]) for r in fine
               if r.notes.get("unresolved")]
