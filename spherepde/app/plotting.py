@@ -190,7 +190,8 @@ def _density_rows(ds):
 
 
 #: How a figure names the solver of a density map, and its resolution.
-_DENSITY_SOURCES = {"finite_volume": ("finite volumes", "n"), "spectral": ("spectral solver", "lmax")}
+_DENSITY_SOURCES = {"finite_volume": ("finite volumes", "n"),
+                    "spectral": ("spectral solver", "lmax")}
 
 
 def _density_source(ds, rows) -> str:
