@@ -104,6 +104,39 @@ def test_results_nc_holds_the_runs_and_round_trips(small_run, tmp_path):
     assert io.open_dataset(again).identical(ds)
 
 
+def test_maps_draw_the_finite_volume_density_over_the_whole_run(small_run):
+    from scipy.integrate import trapezoid
+
+    ds = io.open_dataset(small_run / "out" / "results.nc")
+    # the finite volumes ran at both betas, so they draw the maps ...
+    assert ds["density_solver"].values.tolist() == ["finite_volume", "finite_volume"]
+    # ... to run.t_end = 2, past the spectral window (spectral.t_end = 1)
+    have = np.isfinite(ds["density"].values).any(axis=(0, 2, 3))
+    assert ds["snapshot_time"].values[have][-1] == pytest.approx(2.0)
+    # each map is a density of mass 1: the reconstruction keeps the cell masses, and the
+    # map's quadrature (2-degree trapezoid over cells of n = 8, jumps at their edges) errs
+    # by a few 1e-3 (3.3e-3 at most measured here, growing as the density sharpens)
+    lat, lon = np.radians(ds["lat"].values), np.radians(ds["lon"].values)
+    for rho in ds["density"].values[:, have].reshape(-1, lat.size, lon.size):
+        mass = abs(trapezoid(trapezoid(rho, lon, axis=1) * np.cos(lat), lat))  # lat descends
+        assert abs(mass - 1.0) < 1e-2
+
+
+def test_maps_come_from_the_finite_volumes_where_they_run():
+    from spherepde.app.config import validate_config
+    from spherepde.app.scenario import Task, map_solver, snapshot_times
+
+    both = validate_config({"run": {"betas": [4.0, 16.0]}, "finite_volume": {"betas": [4.0]}})
+    assert map_solver(both, 4.0) == "finite_volume" and map_solver(both, 16.0) == "spectral"
+    assert snapshot_times(both)[-1] == both["run"]["t_end"]  # the finite volumes' window
+    off = validate_config({"run": {"betas": [4.0, 16.0]}, "finite_volume": {"enabled": False}})
+    assert map_solver(off, 4.0) == "spectral"
+    assert snapshot_times(off)[-1] == off["spectral"]["t_end"]  # the spectral window
+    # the spectral run keeps its maps in one scenario and not in the other: a saved run of
+    # the one is not reused for the other
+    assert Task("spectral", 4.0, both).key != Task("spectral", 4.0, off).key
+
+
 def test_run_checks_convergence_with_a_coarse_twin_of_every_curve(small_run):
     out = small_run / "out"
     ds = io.open_dataset(out / "results.nc")
@@ -132,6 +165,18 @@ def test_run_checks_convergence_with_a_coarse_twin_of_every_curve(small_run):
     assert np.all(np.abs(fv0 - sp0) < 0.05)
     summary = (out / "summary.md").read_text()
     assert "coarse" in summary and "converged" in summary and "finite_volume, β=4" in summary
+    # one line lists the verdicts of the table, by solver
+    line = next(x for x in summary.splitlines() if x.startswith("Converged: "))
+    yes, no = line.removeprefix("Converged: ").removesuffix(".").split(". Not converged: ")
+    listed = {True: set(), False: set()}
+    for ok, part in ((True, yes), (False, no)):
+        for group in part.split("; ") if part != "none" else []:
+            solver, betas = group.split(" at β = ")
+            listed[ok] |= {(solver, float(b)) for b in betas.split(", ")}
+    for ok in (True, False):
+        assert listed[ok] == {(str(s), float(b)) for s in ds["solver"].values
+                              for b in ds["beta"].values
+                              if bool(ds["converged"].sel(solver=s, beta=b).item()) == ok}
 
 
 def test_plot_command_redraws_a_saved_run(small_run, tmp_path):

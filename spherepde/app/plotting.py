@@ -189,6 +189,29 @@ def _density_rows(ds):
     return [j for j in range(ds.sizes["beta"]) if np.isfinite(d[j]).any()]
 
 
+#: How a figure names the solver of a density map, and its resolution.
+_DENSITY_SOURCES = {"finite_volume": ("finite volumes", "n"),
+                    "spectral": ("spectral solver", "lmax")}
+
+
+def _density_source(ds, rows) -> str:
+    """The solver(s) behind the density rows, for a figure title: e.g. "finite volumes
+    (n=32)", or one such name per group of β when the rows mix solvers."""
+    if "density_solver" not in ds:  # results written before the source was recorded
+        return "spectral solver"
+    groups: dict = {}
+    for j in rows:
+        solver = str(ds["density_solver"].values[j])
+        name, symbol = _DENSITY_SOURCES.get(solver, (solver.replace("_", " "), "resolution"))
+        res = ""
+        if "resolution" in ds and solver in ds["solver"].values:
+            res = f" ({symbol}={int(ds['resolution'].sel(solver=solver).values[j])})"
+        groups.setdefault(name + res, []).append(beta_tex(float(ds["beta"][j])))
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "; ".join(f"{k} at {', '.join(v)}" for k, v in groups.items())
+
+
 def _token_rows(ds):
     if "positions" not in ds:
         return []
@@ -307,11 +330,12 @@ def _mollweide_axes(fig, spec, lon0):
 
 
 def plot_density_maps(ds, path, nlon: int = 360):
-    """Mollweide maps of the spectral density: rows β, columns the snapshot times, one colour
+    """Mollweide maps of the density (the finite volumes' where they ran at that β, else the
+    spectral solver's: ``density_solver``): rows β, columns the snapshot times, one colour
     scale per row, tokens of the particle run at the same β and time overlaid (white dots)."""
     rows, cols = _density_rows(ds), _panel_times(ds)
     if not rows or not cols.size:
-        return _placeholder(path, "no spectral run in these results (spectral.enabled = false?)")
+        return _placeholder(path, NO_DENSITY)
     e = _e(ds)
     lon0 = float(lat_lon(e)[1]) + 90.0  # +e at -90°, -e at +90°: both inside the map
     sample_lat = np.linspace(-90, 90, nlon // 2 + 1)
@@ -354,7 +378,7 @@ def plot_density_maps(ds, path, nlon: int = 360):
             cb = fig.colorbar(im, cax=fig.add_subplot(gs[r, -1]))
             cb.set_label(r"$\rho_t$ (sr$^{-1}$)", fontsize=7)
             cb.ax.tick_params(labelsize=6)
-    fig.suptitle("density of the spectral solver (Mollweide, central meridian "
+    fig.suptitle(f"density of the {_density_source(ds, rows)} (Mollweide, central meridian "
                  f"{(lon0 + 180) % 360 - 180:.0f}°); white dots: tokens at the same β and t; "
                  "★ limit atoms ±e (mass), dashed: E$^\\perp$", fontsize=8.5, y=0.995)
     return _save(fig, path)
@@ -400,7 +424,7 @@ def plot_orthographic(ds, path, n: int = 161):
     snapshot times, tokens overlaid; one colour scale per row."""
     rows, cols = _density_rows(ds), _panel_times(ds)
     if not rows or not cols.size:
-        return _placeholder(path, "no spectral run in these results (spectral.enabled = false?)")
+        return _placeholder(path, NO_DENSITY)
     frame = view_frame(_e(ds))
     pts, extent = ortho_raster(frame, n)
     dens = ds["density"].values
@@ -430,8 +454,9 @@ def plot_orthographic(ds, path, n: int = 161):
             cb = fig.colorbar(im, cax=fig.add_subplot(gs[r, -1]))
             cb.set_label(r"$\rho_t$ (sr$^{-1}$)", fontsize=7)
             cb.ax.tick_params(labelsize=6)
-    fig.suptitle("density seen from the limit atoms: left disc from +e, right disc from −e; "
-                 "rims = E$^\\perp$; white dots: tokens", fontsize=8.5, y=0.995)
+    fig.suptitle(f"density of the {_density_source(ds, rows)} seen from the limit atoms: left "
+                 "disc from +e, right disc from −e; rims = E$^\\perp$; white dots: tokens",
+                 fontsize=8.5, y=0.995)
     return _save(fig, path)
 
 
@@ -465,6 +490,11 @@ def plot_particles(ds, path):
                  "(rims = E$^\\perp$); ★ limit atoms (mass)", fontsize=8.5)
     fig.tight_layout()
     return _save(fig, path)
+
+
+#: The density figures' text when the results hold no density.
+NO_DENSITY = ("no density run in these results (spectral.enabled = false and "
+              "finite_volume.enabled = false?)")
 
 
 def _placeholder(path, text):
@@ -534,6 +564,7 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True, warn=Non
     for ax in list(axes.flat)[len(rows):]:
         ax.axis("off")
     title = fig.suptitle("", fontsize=9)
+    source = f"density: {_density_source(ds, have_d)}   " if have_d else ""
 
     def draw(k):
         for j, im, sc in artists:
@@ -545,8 +576,8 @@ def animate_run(ds, path, fps: int = 4, n: int = 121, mp4: bool = True, warn=Non
             x = _tokens_at(ds, j, k)
             sc.set_offsets(np.column_stack(ortho_project(x, frame)) if x is not None
                            else np.zeros((0, 2)))
-        title.set_text(f"t = {float(ds['snapshot_time'][k]):.2f}   (left: seen from +e, right: "
-                       "from −e)")
+        title.set_text(f"t = {float(ds['snapshot_time'][k]):.2f}   {source}(left: seen from "
+                       "+e, right: from −e)")
         return []
 
     # each frame is drawn once and written to both files (drawing is most of the cost)

@@ -15,7 +15,8 @@ Layout (CF-style units and long names on every variable):
 - ``seconds`` (solver, beta), ``note`` (solver, beta): wall time and why a run stopped or was
   unresolved ("" when it was neither), ``unresolved_from`` (solver, beta): the time from which
   the curve no longer measures the dynamics (NaN when resolved throughout);
-- ``density`` (beta, snapshot_time, lat, lon): the spectral density on a regular map grid;
+- ``density`` (beta, snapshot_time, lat, lon): the density on a regular map grid, from the
+  solver that ``density_solver`` (beta) names ("finite_volume" or "spectral"; "" for none);
 - ``positions`` (beta, snapshot_time, token, component): the tokens at the same times;
 - ``limit_points`` (atom, component), ``limit_weights`` (atom): Π#ρ_0, and
   ``limit_weights_particles`` (atom): Π#μ^N_0 of the sampled tokens;
@@ -199,10 +200,11 @@ def _fill_coarse(table, runs, coarse_runs, axes, checks, fraction) -> None:
 
 def _snapshots(runs, axes) -> dict:
     """The stored snapshots on the (beta, snapshot_time) axes: ``density`` (B, S, nlat, nlon)
-    of the spectral runs and ``positions`` (B, S, N, 3) of the particle runs, None when no run
-    stores them."""
+    of the density runs (``density_solver`` (B,) names the solver of each beta) and
+    ``positions`` (B, S, N, 3) of the particle runs, None when no run stores them."""
     snaps, B = axes["snapshot_time"], axes["beta"].size
-    out = {"density": None, "positions": None}
+    out = {"density": None, "positions": None,
+           "density_solver": np.full(B, "", dtype=object)}
     for r in runs:
         j = int(np.searchsorted(axes["beta"], float(r.beta)))
         for name, values in (("density", getattr(r, "densities", None)),
@@ -212,6 +214,8 @@ def _snapshots(runs, axes) -> dict:
             if out[name] is None:
                 out[name] = np.full((B, snaps.size) + np.shape(values)[1:], np.nan)
             out[name][j] = _place(snaps, r.snapshot_times, values)
+            if name == "density":
+                out["density_solver"][j] = r.solver
     return out
 
 
@@ -298,7 +302,10 @@ def _add_snapshot_variables(data, coords, maps, map_grid) -> None:
                          {"units": "degrees_east", "standard_name": "longitude"})
         data["density"] = (("beta", "snapshot_time", "lat", "lon"), maps["density"],
                            {"units": "sr-1", "long_name": "token density against surface area "
-                            "(spectral solver)"})
+                            "(the solver of density_solver)"})
+        data["density_solver"] = ("beta", maps["density_solver"].astype(str),
+                                  {"long_name": "the solver whose density is mapped at each "
+                                   "beta (\"\": none)"})
     if maps["positions"] is not None:
         data["positions"] = (("beta", "snapshot_time", "token", "component"), maps["positions"],
                              {**_ONE, "long_name": "token positions (particle solver)"})

@@ -131,9 +131,12 @@ class Task:
         """Hash of everything the result depends on (and the package version), so that a saved
         run is reused only for the same work."""
         used = used_scenario(self.scenario)
+        # the snapshots kept, and whether this run draws the maps, depend on other sections
+        maps = not self.coarse and map_solver(self.scenario, self.beta) == self.solver
         blob = io.to_json([__version__, RESULT_FORMAT, used["model"], used["initial"],
                            self.solver, used[self.solver], list(self.times), self.beta,
-                           self.coarse, self.resolution])
+                           self.coarse, self.resolution,
+                           [float(t) for t in snapshot_times(self.scenario)], maps])
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
@@ -160,7 +163,8 @@ class Run:
         time with a density no longer resolved)
     snapshot_times : (S,) times of the stored snapshots
     positions : (S, N, 3) token positions (particles) or None
-    densities : (S, nlat, nlon) density on the plot grid (spectral) or None
+    densities : (S, nlat, nlon) density on the plot grid, or None (a particle or coarse run,
+        or a density run whose β the other density solver maps: :func:`map_solver`)
     mass, negative_mass : (T,) diagnostics of a density run, or None
     key : :attr:`Task.key` of the task that produced it
     """
@@ -238,12 +242,25 @@ def spectral_times(cfg: dict) -> np.ndarray:
     return t[: max(2, int(keep.sum()))]
 
 
+def map_solver(cfg: dict, beta: float) -> str | None:
+    """The solver whose density the maps and the animation draw at ``beta``: the finite
+    volumes where they run at that β (they cover the whole run, past the closest approach to
+    Π#ρ_0), else the spectral solver (its window ends at spectral.t_end, or earlier once the
+    density is no longer resolved), else None."""
+    fv = cfg["finite_volume"]
+    if fv["enabled"] and beta in fv["betas"]:
+        return "finite_volume"
+    return "spectral" if cfg["spectral"]["enabled"] else None
+
+
 def snapshot_times(cfg: dict) -> np.ndarray:
-    """Times at which both solvers keep their state for the figures: up to
-    :data:`N_SNAPSHOTS` output times spread over the spectral window (over the whole run when
-    the spectral solver is off), the same for tokens and densities."""
-    t = spectral_times(cfg) if cfg["spectral"]["enabled"] else \
-        np.linspace(0.0, cfg["run"]["t_end"], cfg["run"]["n_times"])
+    """Times at which the solvers keep their state for the figures: up to
+    :data:`N_SNAPSHOTS` output times spread over the window of the maps' densities: the whole
+    run when the finite volumes draw a map (or no density solver runs), else the spectral
+    window; the same for tokens and densities."""
+    fv = cfg["finite_volume"]
+    whole = (fv["enabled"] and fv["betas"]) or not cfg["spectral"]["enabled"]
+    t = _particle_times(cfg) if whole else spectral_times(cfg)
     idx = np.unique(np.linspace(0, t.size - 1, min(N_SNAPSHOTS, t.size)).round().astype(int))
     return t[idx]
 
@@ -293,12 +310,25 @@ def _run_finite_volume(task: Task, progress) -> Run:
     distance = _distance_to_limit(cfg, mu0, w2)
     sol = FiniteVolumeSolver(build_model(cfg, task.beta), res).solve(mu0, times,
                                                                      progress=progress)
-    vals, widths = _curve(distance, sol.measure, len(sol.times))
+    reached = np.asarray(sol.times)
+    vals, widths = _curve(distance, sol.measure, len(reached))
     diag = getattr(sol, "diagnostics", {}) or {}
-    return Run("finite_volume", task.beta, np.asarray(sol.times), vals,
+    snaps = dens = None
+    if not task.coarse and map_solver(cfg, task.beta) == "finite_volume":
+        snaps, dens = _density_snapshots(cfg, sol, reached)
+    return Run("finite_volume", task.beta, reached, vals,
                time.perf_counter() - t0, resolution=res, coarse=task.coarse,
                mass=np.asarray(diag.get("mass")) if "mass" in diag else None, key=task.key,
-               w2_width=widths)
+               w2_width=widths, snapshot_times=snaps, densities=dens)
+
+
+def _density_snapshots(cfg: dict, sol, reached: np.ndarray):
+    """(times (S,), densities (S, nlat, nlon)) of a density solution at the
+    :func:`snapshot_times` it reached, on the maps' grid (:func:`_plot_grid`)."""
+    snaps = snapshot_times(cfg)
+    idx = np.searchsorted(reached, snaps[snaps <= reached[-1]])
+    grid = _plot_grid()
+    return reached[idx], np.stack([sol.density(int(i), grid) for i in idx])
 
 
 def _run_spectral(task: Task, progress) -> Run:
@@ -318,11 +348,11 @@ def _run_spectral(task: Task, progress) -> Run:
     if task.coarse:
         return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
                    resolution=res, coarse=True, key=task.key, w2_width=widths)
-    idx = np.searchsorted(reached, snapshot_times(cfg)[snapshot_times(cfg) <= reached[-1]])
-    grid = _plot_grid()
-    dens = np.stack([sol.density(int(i), grid) for i in idx])
+    snaps = dens = None
+    if map_solver(cfg, task.beta) == "spectral":
+        snaps, dens = _density_snapshots(cfg, sol, reached)
     return Run("spectral", task.beta, reached, vals, time.perf_counter() - t0, notes=notes,
-               resolution=res, snapshot_times=reached[idx], densities=dens,
+               resolution=res, snapshot_times=snaps, densities=dens,
                mass=np.asarray(diag["mass"]), negative_mass=np.asarray(diag["negative_mass"]),
                key=task.key, w2_width=widths)
 
@@ -718,6 +748,21 @@ def _fit_zero_temperature_rate(runs: list[Run], report):
             "window": [float(t[sel][0]), float(t[sel][-1])]}
 
 
+def _verdicts(fine: list[Run], checks: dict, coarse: dict) -> str:
+    """One line: the checked curves that are converged and those that are not, per solver,
+    e.g. "Converged: finite_volume at β = 4, 16. Not converged: finite_volume at β = inf."."""
+    groups = {True: {}, False: {}}
+    for r in fine:
+        if (r.solver, r.beta) in coarse:
+            ok = bool(checks[(r.solver, r.beta)]["converged"])
+            groups[ok].setdefault(r.solver, []).append(beta_text(r.beta))
+
+    def listed(by_solver):
+        return "; ".join(f"{s} at β = {', '.join(b)}" for s, b in by_solver.items()) or "none"
+
+    return f"Converged: {listed(groups[True])}. Not converged: {listed(groups[False])}."
+
+
 def _agreement(fine: list[Run], checks: dict) -> list[str]:
     """Table rows comparing every pair of solvers at one β on their common output times."""
     rows = []
@@ -815,6 +860,8 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
         lines.append(f"| {run.title} | {run.resolution_text} | {w[i]:.4g} | {t[i]:.3g} | "
                      f"{w[-1]:.4g} | {t[-1]:.3g} | {run.seconds:.1f} | {tail} |")
     lines.append("")
+    if coarse:
+        lines += [_verdicts(fine, checks, coarse), ""]
     stops = [(r.title, "ended early", r.notes["stopped"]) for r in fine if r.notes.get("stopped")]
     stops += [(r.title, "reached its last time, but", r.notes["unresolved"]) for r in fine
               if r.notes.get("unresolved")]
