@@ -143,6 +143,10 @@ def _physical_memory() -> float:
         return 4.0 * 2**30
 
 
+#: Threads of the spreading (adjoint) transforms: one, for bit-for-bit reproducible runs
+#: (see :meth:`HarmonicField.moments`).
+SPREAD_THREADS = 1
+
 def _default_threads() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -482,9 +486,13 @@ class HarmonicField:
         if self.d == 3:
             import ducc0
 
+            # spreading (adjoint) transforms run on one thread: with several, ducc0 adds the
+            # points' contributions in an order set by how the threads share them, so the
+            # moments' round-off, and a trajectory's last bits, would depend on the machine's
+            # load; a run must be reproducible bit for bit
             a = ducc0.sht.adjoint_synthesis_general(
                 map=w[None], spin=0, lmax=L, loc=_loc(y), epsilon=self.nufft_eps,
-                nthreads=self.nthreads)[0]
+                nthreads=SPREAD_THREADS)[0]
             return Moments(3, L, a, mass)
         theta = np.arctan2(y[:, 1], y[:, 0])
         if n * (L + 1) <= self.tuning.s1_exact_max:
@@ -493,7 +501,8 @@ class HarmonicField:
             import ducc0
 
             full = ducc0.nufft.nu2u(points=w.astype(np.complex128), coord=theta[:, None],
-                                    forward=True, epsilon=self.nufft_eps, nthreads=self.nthreads,
+                                    forward=True, epsilon=self.nufft_eps,
+                                    nthreads=SPREAD_THREADS,
                                     out=np.empty(2 * L + 1, dtype=np.complex128))
             rho = full[L:]  # modes -L..L; keep k >= 0
         return Moments(2, L, rho / (2.0 * np.pi), mass)
@@ -887,7 +896,8 @@ class PlannedField:
             if nodes.ndim != 2 or nodes.shape[1] != 3:
                 raise ValueError(f"nodes must have shape (n, 3); got {nodes.shape}")
             self.n_nodes = nodes.shape[0]
-            self._plan_n = ducc0.nufft.plan(nu2u=True, coord=_loc(nodes), **kw)
+            self._plan_n = ducc0.nufft.plan(nu2u=True, coord=_loc(nodes),
+                                            **{**kw, "nthreads": SPREAD_THREADS})
 
     # ------------------------------------------------------------------ torus <-> sphere grid
     def _double(self, f):
