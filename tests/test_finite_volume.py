@@ -8,6 +8,7 @@ tables (Nair & Lauritzen 2010, Lauritzen et al. 2012, Williamson et al. 1992) ar
 validation/transport.py, whose runs are too long for the suite.
 """
 import math
+import re
 import warnings
 
 import numpy as np
@@ -501,3 +502,15 @@ def test_bad_input_is_explained():
         s.solve(np.ones(7), [0.0, 1.0])
     with pytest.raises(TypeError, match="point cloud"):
         s.solve(sp.PointCloud(np.eye(3)), [0.0, 1.0])
+
+
+def test_an_unresolved_cap_says_which_quadrature_order_resolves_it():
+    """A vMF cap integrates to 1 by construction, so a cell quadrature that gives it another
+    mass is too coarse: the error names the quadrature_order that fits, and that order works."""
+    model = sp.Model(V=np.diag([1.0, 0.4, 0.0]), beta=16.0)
+    cap = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1e4)
+    with pytest.raises(ValueError, match="cannot resolve density0") as info:
+        sp.FiniteVolumeSolver(model, 16).initial_masses(cap)
+    q = int(re.search(r"quadrature_order of at least about (\d+)", str(info.value)).group(1))
+    masses = sp.FiniteVolumeSolver(model, 16, quadrature_order=q).initial_masses(cap)
+    assert abs(masses.sum() - 1.0) <= 1e-6  # the solver's own mass_rtol
