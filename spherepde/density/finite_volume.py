@@ -38,9 +38,9 @@ import numpy as np
 from .. import timestepping
 from ..interaction.cell_measures import CellHarmonic, EdgeVelocity
 from ..interaction.operators import DirectQuadrature, ZeroTemperature, choose_operator
+from ..measures import Measure
 from ..registry import Registry
 from ..sphere.cubed_sphere import PANELS, CubedSphere
-from ..measures import Measure
 from .base import DensitySolution, DensitySolver, check_mass, check_values, density_callable
 from .fv_scheme import (  # noqa: F401 - re-exported
     LIMITERS,
