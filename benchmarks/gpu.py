@@ -114,7 +114,6 @@ def main(argv=None):
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 0
     import numba
-
     from _report import markdown_table, write
 
     rows = field(args.n, args.beta, args.repeat)

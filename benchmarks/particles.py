@@ -22,7 +22,8 @@
    kernel and the plain chunked numpy softmax at d = 16, 64, 512, 1024, N = 10^4, beta = 4,
    SA, float64 (interleaved repeats, same run), with the fraction of the BLAS peak measured by
    a large dgemm in the same run; and the fused/tiled crossover in d and N that places
-   ``spherepde.interaction.options.AutoProfile.tiled_min_dim``. Written to docs/benchmarks/particles.md.
+   ``spherepde.interaction.options.AutoProfile.tiled_min_dim``. Written to
+   docs/benchmarks/particles.md.
 
 7. ``--gpu-highd``: the torch kernel on CUDA (float32, float64) at d = 16, 64, 512, 1024,
    N = 10^4 and 10^5, against the CPU tiled kernel on the same inputs (N = 10^4 on the CPU;
@@ -40,6 +41,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 import numpy as np
 
@@ -158,8 +160,8 @@ def numpy_crossover(repeat=7):
             x /= np.linalg.norm(x, axis=1, keepdims=True)
             w = np.full(n, 1.0 / n)
             attention_numba(x, x, x, w, beta, True)  # compile / warm the threads
-            t_np, _ = best_time(lambda: attention_numpy(x, x, x, w, beta, True), repeat)
-            t_nb, _ = best_time(lambda: attention_numba(x, x, x, w, beta, True), repeat)
+            t_np, _ = best_time(partial(attention_numpy, x, x, x, w, beta, True), repeat)
+            t_nb, _ = best_time(partial(attention_numba, x, x, x, w, beta, True), repeat)
             rows.append((beta, n, t_np, t_nb))
     return rows
 
@@ -209,17 +211,17 @@ def highd(n=10_000, dims=(16, 64, 512, 1024), beta=4.0, repeat=3, fused_max_d=51
         x = sphere_cloud(n, d)
         w = np.full(n, 1.0 / n)
         fns = [lambda: a @ b,
-               lambda: attention_tiled(x, x, x, w, beta, True),
-               lambda: attention_tiled(x, x, x, w, beta, True, threads=1),
-               lambda: plain_numpy(x, x, x, w, beta)]
+               partial(attention_tiled, x, x, x, w, beta, True),
+               partial(attention_tiled, x, x, x, w, beta, True, threads=1),
+               partial(plain_numpy, x, x, x, w, beta)]
         # fused beyond d = 64 costs minutes per call: one call, in the last round
         t_fused = np.nan
         if d <= fused_max_d:
             attention_numba(x[:64], x[:64], x[:64], w[:64], beta, True)  # compile
             if d <= 64:
-                fns.append(lambda: attention_numba(x, x, x, w, beta, True))
+                fns.append(partial(attention_numba, x, x, x, w, beta, True))
             else:
-                (t_fused,) = interleaved([lambda: attention_numba(x, x, x, w, beta, True)], 1)
+                (t_fused,) = interleaved([partial(attention_numba, x, x, x, w, beta, True)], 1)
         times = interleaved(fns, repeat) + [t_fused] * (5 - len(fns))
         err = float(np.abs(attention_tiled(x, x, x, w, beta, True)
                            - plain_numpy(x, x, x, w, beta)).max())
@@ -242,8 +244,8 @@ def tiled_crossover(dims=(3, 4, 6, 8, 16, 32, 64), sizes=(500, 1000, 2000, 8000)
             x = sphere_cloud(n, d, seed=d)
             w = np.full(n, 1.0 / n)
             attention_numba(x[:64], x[:64], x[:64], w[:64], beta, True)
-            t_f, t_t = interleaved([lambda: attention_numba(x, x, x, w, beta, True),
-                                    lambda: attention_tiled(x, x, x, w, beta, True)],
+            t_f, t_t = interleaved([partial(attention_numba, x, x, x, w, beta, True),
+                                    partial(attention_tiled, x, x, x, w, beta, True)],
                                    repeat if n <= 2000 else 3)
             row.append(t_f / t_t)
         rows.append(row)
@@ -345,8 +347,8 @@ def gpu_highd(dims=(16, 64, 512, 1024), sizes=(10_000, 100_000), beta=4.0, cpu_n
         wc = np.full(cpu_n, 1.0 / cpu_n)
         cpu_out = []
         attention_tiled(xc[:64], xc, xc, wc, beta, True)  # compile before timing
-        (t_cpu,) = interleaved([lambda: cpu_out.append(attention_tiled(xc, xc, xc, wc, beta,
-                                                                       True))], 1)
+        (t_cpu,) = interleaved([lambda xc=xc, wc=wc, cpu_out=cpu_out: cpu_out.append(
+            attention_tiled(xc, xc, xc, wc, beta, True))], 1)
         for n in sizes:
             x = sphere_cloud(n, d)
             row = {"d": d, "n": n, "cpu": t_cpu * (n / cpu_n) ** 2, "cpu_n": cpu_n}
@@ -356,7 +358,7 @@ def gpu_highd(dims=(16, 64, 512, 1024), sizes=(10_000, 100_000), beta=4.0, cpu_n
                 lw = torch.full((n,), -np.log(n), dtype=dtype, device="cuda")
                 attention_tensors(xt[:256], xt[:256], xt[:256], lw[:256], beta, True)  # warm up
 
-                def run():
+                def run(outs=outs, name=name, xt=xt, lw=lw):
                     outs[name] = attention_tensors(xt, xt, xt, lw, beta, True)[0]
                     torch.cuda.synchronize()
                 torch.cuda.synchronize()

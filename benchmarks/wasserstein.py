@@ -25,9 +25,9 @@ the case's time over the exact solve of the largest size exact runs at (1e4 by d
 the same run: the machine may be shared, so compare ratios, not seconds. Nothing is asserted
 (timings belong here, not in tests/).
 """
-import os
 import argparse
 import multiprocessing as mp
+import os
 import resource
 import time
 
@@ -42,7 +42,8 @@ def mesh_snapshot(n=256):
     """A finite-volume snapshot: cell masses rho(centre) x area on the solver's cubed-sphere
     mesh (6 n^2 = 393,216 cells at n = 256), for a smooth rho (no solve needed)."""
     mesh = CubedSphere(n)
-    rho = 0.6 * sp.measures.VonMisesFisher([0, 0, 1.0], 4.0).density(mesh.centers) + 0.4 / (4 * np.pi)
+    rho = (0.6 * sp.measures.VonMisesFisher([0, 0, 1.0], 4.0).density(mesh.centers)
+           + 0.4 / (4 * np.pi))
     return sp.PointCloud(mesh.centers, rho * mesh.areas, normalize=True)
 
 
@@ -167,7 +168,8 @@ def main():
     ap.add_argument("--sweep-cases", nargs="*", default=["vmf-near", "vmf-45", "caps-45",
                                                           "caps-clouds"])
     ap.add_argument("--tol", type=float, default=2e-3)
-    ap.add_argument("--threads", type=int, default=0, help="numba threads per case (0: numba's default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="numba threads per case (0: numba's default)")
     ap.add_argument("--exact-max", type=int, default=10000, help="largest n solved exactly")
     args = ap.parse_args()
     print(f"multiscale (tol = {args.tol:g} on the W2 bracket) against exact emd, chordal cost, "
@@ -212,7 +214,8 @@ def main():
         ms = in_child(name, n, "multiscale", args.tol, args.threads, opts)
         ratio = f"{ms[4] / ex[4]:>6.2f}" if ex else f"{'':>6}"
         vs_ref = f"{ms[4] / ref:>6.2f}" if ref else f"{'':>6}"
-        inside = "" if ex is None else ("  exact inside" if ms[1] <= ex[0] <= ms[2] else "  EXACT OUTSIDE")
+        inside = "" if ex is None else ("  exact inside" if ms[1] <= ex[0] <= ms[2]
+                                        else "  EXACT OUTSIDE")
         print(f"{name:>14} {ms[7]:>8} {ms[8]:>8} {'multiscale':>10} {ms[4]:>8.2f} {ms[5]:>8.2f} "
               f"{ms[6]:>5.2f} {ms[0]:>10.6f} {ms[2] - ms[1]:>9.1e} {ratio} {vs_ref}{inside}",
               flush=True)
@@ -269,12 +272,15 @@ def limit_cases(sizes, args):
     """W2(mu^N_t, Pi#mu^N_0) along an N-token trajectory, dim E = 1 (two atoms) and 2 (a
     great circle), each case in its own process; "ratio" is the w2_to_limit time over the
     particle run's."""
-    print(f"{'dim E':>5} {'N':>8} {'solve s':>8} {'limit s':>8} {'CPU s':>7} {'GiB':>5} {'ratio':>6}  "
-          f"W2 [width] at t = 0, 2, 6, 14; methods")
+    print(f"{'dim E':>5} {'N':>8} {'solve s':>8} {'limit s':>8} {'CPU s':>7} {'GiB':>5} "
+          f"{'ratio':>6}  W2 [width] at t = 0, 2, 6, 14; methods")
     for n in sizes:
         for dim_e in (1, 2):
-            solve, wall, cpu, rss, val, lo, hi, methods = _spawned(limit_run, n, dim_e, args.threads)
-            pts = ", ".join(f"{v:.6f} [{h - l:.1e}]" for v, l, h in zip(val, lo, hi))
+            solve, wall, cpu, rss, val, lo, hi, methods = _spawned(limit_run, n, dim_e,
+                                                                   args.threads)
+            # one value and one bracket per time of the same curve
+            pts = ", ".join(f"{v:.6f} [{h - l:.1e}]"
+                            for v, l, h in zip(val, lo, hi, strict=True))
             print(f"{dim_e:>5} {n:>8} {solve:>8.1f} {wall:>8.1f} {cpu:>7.1f} {rss:>5.2f} "
                   f"{wall / solve:>6.2f}  {pts}; {', '.join(sorted(set(methods)))}", flush=True)
 
@@ -286,7 +292,8 @@ def sparse_cases(sizes, args):
     clouds, in the same run ("/ref" is a case's wall time over it)."""
     ref = in_child("caps-clouds", 10_000, "exact", args.tol, args.threads)
     print(f"{'caps-clouds':>14} {ref[7]:>8} {ref[8]:>8} {'exact':>10} {ref[4]:>8.2f} "
-          f"{ref[5]:>8.2f} {ref[6]:>5.2f} {ref[0]:>10.6f} {0.0:>9.1e} {'':>6} {1.0:>6.2f}", flush=True)
+          f"{ref[5]:>8.2f} {ref[6]:>5.2f} {ref[0]:>10.6f} {0.0:>9.1e} {'':>6} {1.0:>6.2f}",
+          flush=True)
     sp_ = in_child("caps-clouds", 10_000, "sparse", args.tol, args.threads)
     inside = "exact inside" if sp_[1] <= ref[0] <= sp_[2] else "EXACT OUTSIDE"
     print(f"{'caps-clouds':>14} {sp_[7]:>8} {sp_[8]:>8} {'sparse':>10} {sp_[4]:>8.2f} "

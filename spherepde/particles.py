@@ -31,9 +31,15 @@ from .measures import PointCloud
 from .model import Model
 from .sphere import as_points, retract, tangent_projection
 from .sphere import normalize as unit
-from .timestepping import (DEFAULT_ATOL, DEFAULT_RTOL, StepSizeError, get_error_norm,
-                           get_scheme, integrate)
-from .timestepping import _check_times
+from .timestepping import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    StepSizeError,
+    _check_times,
+    get_error_norm,
+    get_scheme,
+    integrate,
+)
 
 __all__ = ["ParticleSolver", "Trajectory", "LAYER_KINDS", "default_velocity_tol",
            "format_schedule", "parse_schedule"]
@@ -165,8 +171,8 @@ class Trajectory:
     def from_xarray(cls, ds) -> "Trajectory":
         """Rebuild a trajectory from :meth:`to_xarray`'s Dataset (e.g. read from NetCDF)."""
         if ds.attrs.get("spherepde_kind") != "trajectory":
-            raise ValueError(f"the dataset holds {ds.attrs.get('spherepde_kind', 'no spherepde result')!r}, "
-                             "not a trajectory")
+            kind = ds.attrs.get('spherepde_kind', 'no spherepde result')
+            raise ValueError(f"the dataset holds {kind!r}, not a trajectory")
         initial = PointCloud(ds["initial_positions"].values, ds["initial_weights"].values)
         radii = ds["radii"].values if "radii" in ds else None
         return cls(ds["time"].values, ds["positions"].values, ds["weights"].values,
@@ -204,7 +210,7 @@ def parse_schedule(text: str) -> tuple:
             raise ValueError(f"kernel_schedule must read 'index:kernel,index:kernel,...' "
                              f"starting at 0 (as a trajectory's settings record it); got {text!r}")
         out.append((int(idx), name.strip()))
-    if out[0][0] != 0 or any(b[0] <= a[0] for a, b in zip(out, out[1:])):
+    if out[0][0] != 0 or any(b[0] <= a[0] for a, b in zip(out, out[1:], strict=False)):
         raise ValueError(f"kernel_schedule must start at evaluation 0 and increase; got {text!r}")
     return tuple(out)
 
@@ -383,10 +389,11 @@ class ParticleSolver:
     dt_max : float, optional
         Upper bound on adaptive steps.
     error_norm : str, optional
-        How an adaptive step combines the tokens' errors (:data:`spherepde.timestepping.ERROR_NORMS`):
-        "max" (the default: every coordinate of every token within rtol) or "rms" (their root
-        mean square within rtol: at low temperature one fast straggler no longer sets every
-        token's step; docs/methods.md measures what it saves and what it moves).
+        How an adaptive step combines the tokens' errors
+        (:data:`spherepde.timestepping.ERROR_NORMS`): "max" (the default: every coordinate of
+        every token within rtol) or "rms" (their root mean square within rtol: at low
+        temperature one fast straggler no longer sets every token's step; docs/methods.md
+        measures what it saves and what it moves).
     profile : spherepde.interaction.AutoProfile, optional
         The cost model of ``kernel="auto"`` (default: the measured default profile). "auto"
         is resolved once per solve, from N, deterministically.

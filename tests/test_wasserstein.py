@@ -6,9 +6,9 @@ import scipy.sparse as sps
 
 import spherepde as sp
 from spherepde import wasserstein as W
+from spherepde.sphere import GaussGrid, normalize
 from spherepde.wasserstein import exact as W_exact
 from spherepde.wasserstein import multiscale as W_multiscale
-from spherepde.sphere import GaussGrid, normalize
 
 E_TILTED = normalize(np.array([0.3, -0.5, 0.8]))
 
@@ -119,7 +119,8 @@ def test_three_methods_agree_on_grid_vs_atoms():
 def test_symmetry_and_zero(cost):
     mu, nu = random_cloud(80, seed=10), random_cloud(70, seed=11)
     # Same LP transposed: identical up to round-off.
-    assert abs(sp.w2(mu, nu, cost=cost, method="exact") - sp.w2(nu, mu, cost=cost, method="exact")) < 1e-12
+    assert abs(sp.w2(mu, nu, cost=cost, method="exact")
+               - sp.w2(nu, mu, cost=cost, method="exact")) < 1e-12
     # The diagonal cost is computed from x - x = 0 exactly, so the identity coupling costs 0.
     assert sp.w2(mu, mu, cost=cost, method="exact") < 1e-12
     small = random_cloud(5, seed=12)
@@ -147,7 +148,8 @@ def _zero_temperature_particles(N=300, times=(0.0, 0.5, 1.0, 2.0, 4.0)):
 
 
 class FakeTrajectory:
-    """Duck-typed particle Trajectory (times, positions, weights, model, measure, initial_measure)."""
+    """Duck-typed particle Trajectory (times, positions, weights, model, measure,
+    initial_measure)."""
 
     def __init__(self, model, times, positions):
         self.model, self.times, self.positions = model, times, positions
@@ -290,7 +292,8 @@ NEWTON_SWEEP = [(600, 400, 3, "chordal"), (400, 700, 3, "geodesic"), (600, 400, 
 
 
 @pytest.mark.parametrize("n, m, d, cost, newton",
-                         [c + (None,) for c in MULTISCALE_SWEEP] + [c + (True,) for c in NEWTON_SWEEP],
+                         [c + (None,) for c in MULTISCALE_SWEEP]
+                         + [c + (True,) for c in NEWTON_SWEEP],
                          ids=[f"{n}x{m}-d{d}-{c}" for n, m, d, c in MULTISCALE_SWEEP]
                          + [f"newton-{n}x{m}-d{d}-{c}" for n, m, d, c in NEWTON_SWEEP])
 def test_multiscale_bracket_contains_exact(n, m, d, cost, newton):
@@ -505,9 +508,10 @@ def test_auto_choice_is_recorded(monkeypatch):
 def _two_caps(n, seed):
     """Two separated concentrations (vMF caps, kappa 100 and 60, antipodal-ish), sampled:
     the two sides' caps carry slightly different masses."""
-    law = sp.measures.Mixture([sp.measures.VonMisesFisher(normalize(np.array([0.2, 0.1, 1.0])), 100.0),
-                               sp.measures.VonMisesFisher(normalize(np.array([-0.1, 0.3, -1.0])), 60.0)],
-                              [0.55, 0.45])
+    law = sp.measures.Mixture(
+        [sp.measures.VonMisesFisher(normalize(np.array([0.2, 0.1, 1.0])), 100.0),
+         sp.measures.VonMisesFisher(normalize(np.array([-0.1, 0.3, -1.0])), 60.0)],
+        [0.55, 0.45])
     return sp.PointCloud(law.sample(n, seed))
 
 
@@ -577,8 +581,10 @@ def test_sparse_is_the_exact_lp_once_no_pair_is_violated(cost):
     assert r.details["support"] < 0.2 * 400 * 300
 
 
-@pytest.mark.parametrize("n,m,d,cost,seed", [(500, 400, 3, "chordal", 0), (800, 800, 3, "geodesic", 1),
-                                              (600, 500, 8, "chordal", 2), (400, 700, 8, "geodesic", 3)])
+@pytest.mark.parametrize("n,m,d,cost,seed", [(500, 400, 3, "chordal", 0),
+                                              (800, 800, 3, "geodesic", 1),
+                                              (600, 500, 8, "chordal", 2),
+                                              (400, 700, 8, "geodesic", 3)])
 def test_sparse_bracket_contains_exact_after_a_single_round(n, m, d, cost, seed):
     """One LP on the first support (k = 1: each point's nearest neighbour on the other side,
     and the north-west-corner coupling), no pricing round: the plan is far from optimal and

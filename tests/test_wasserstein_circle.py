@@ -19,7 +19,8 @@ def circle_atoms(U, m, seed, weighted, clustered=False):
     rng = np.random.default_rng(seed)
     th = rng.random(m) * 2 * np.pi
     if clustered:  # most atoms in two arcs, as a limit of clustered tokens
-        th = np.where(rng.random(m) < 0.8, 0.3 * rng.standard_normal(m) + np.pi * (rng.random(m) < 0.5), th)
+        th = np.where(rng.random(m) < 0.8,
+                      0.3 * rng.standard_normal(m) + np.pi * (rng.random(m) < 0.5), th)
     y = np.stack([np.cos(th), np.sin(th)], axis=1) @ U.T
     return sp.PointCloud(y, rng.random(m) + 0.1 if weighted else None, normalize=weighted)
 
@@ -159,7 +160,7 @@ def test_the_rounds_stop_at_the_time_budget_and_when_they_stall():
     # before the 50 allowed
     stalled = sp.w2(mu, nu, method="circle", tol=1e-12, rounds=50)
     assert stalled.details["rounds"] < 50 and "stagnated" in stalled.details["stopped"]
-    lows, ups = zip(*stalled.details["history"][-W_circle.STALLED_ROUNDS:])
+    lows, ups = zip(*stalled.details["history"][-W_circle.STALLED_ROUNDS:], strict=True)
     assert max(lows) - min(lows) <= W_circle.STAGNATION * (ups[0] - lows[0])
     assert max(ups) - min(ups) <= W_circle.STAGNATION * (ups[0] - lows[0])
     for r in (budget, stalled):  # stopped early or not, the bracket stays certified

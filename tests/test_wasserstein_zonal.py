@@ -226,7 +226,10 @@ def _zero_temperature_solution(d, rho0, n, times, gap):
     e = _e(d)
     F0 = rho0.theta_marginal(e).cdf
     edges = np.linspace(0, np.pi, n + 1)
-    pre = lambda t: np.arctan2(np.sin(edges) * np.exp(gap * t), np.cos(edges))
+
+    def pre(t):
+        return np.arctan2(np.sin(edges) * np.exp(gap * t), np.cos(edges))
+
     model = sp.Model(V=np.diag([1.0 + gap] + [1.0] * (d - 1)), beta=np.inf, d=d)
     return SimpleNamespace(theta_edges=edges, times=np.asarray(times), axis=e, d=d, model=model,
                            initial_measure=rho0, cell_masses=lambda i: np.diff(F0(pre(times[i]))))
@@ -307,7 +310,10 @@ def test_w2_to_limit_when_e_is_the_equator(d):
     F0 = rho0.theta_marginal(e).cdf
     edges = np.linspace(0, np.pi, 1001)
     times = [0.0, 2.0]
-    pre = lambda t: np.arctan2(np.sin(edges) * np.exp(-t), np.cos(edges))
+
+    def pre(t):
+        return np.arctan2(np.sin(edges) * np.exp(-t), np.cos(edges))
+
     sol = SimpleNamespace(theta_edges=edges, times=np.array(times), axis=e, d=d,
                           model=sp.Model(V=np.diag([1.0] + [2.0] * (d - 1)), beta=np.inf, d=d),
                           initial_measure=rho0, cell_masses=lambda i: np.diff(F0(pre(times[i]))))
@@ -353,10 +359,13 @@ def test_limit_masses_from_the_cells_when_rho0_is_not_kept():
     exact = float(rho0.theta_marginal(_e(d)).cdf(np.pi / 2))
     middle = sol.cell_masses(0)[150]
     assert abs(curve.limit.weights[0] - exact) <= middle
+
+    def x(t):
+        return np.cos(t) * _e(d) + np.sin(t) * _e(d, 1)
+
     # For a density with log-slope g across the cell (width w), the constant-density split
     # is off by middle * |g| w / 8 (the linear profile's first moment); the curvature term is
     # O(w^2) smaller (measured: 0.066% of the cell mass against 0.066% predicted).
-    x = lambda t: np.cos(t) * _e(d) + np.sin(t) * _e(d, 1)
     g = (rho0.log_density(x(np.pi / 2 + 1e-6)) - rho0.log_density(x(np.pi / 2 - 1e-6))) / 2e-6
     predicted = middle * abs(g) * (np.pi / 301) / 8
     assert abs(curve.limit.weights[0] - exact) == pytest.approx(predicted, rel=1e-2)

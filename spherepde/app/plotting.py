@@ -267,7 +267,8 @@ def plot_w2_curves(ds, path):
                 marked = True
     gap = ds.attrs.get("spectral_gap")
     ok = np.zeros(0, dtype=bool)
-    if gap is not None and np.isfinite(gap) and np.isinf(betas).any() and "particles" in ds["solver"]:
+    if (gap is not None and np.isfinite(gap) and np.isinf(betas).any()
+            and "particles" in ds["solver"]):
         i = list(ds["solver"].values).index("particles")
         ok = np.isfinite(w2[i, -1])
     if ok.any():  # the rate line starts on the zero-temperature particle curve
@@ -275,7 +276,8 @@ def plot_w2_curves(ds, path):
         t0 = float(np.asarray(ds.attrs.get("rate_window", [tt[0]]))[0])
         k = int(np.argmin(np.abs(tt - t0)))
         ax.semilogy(tt, ww[k] * np.exp(-gap * (tt - tt[k]) / 2), ":", color="k", lw=1.2,
-                    label=rf"$\propto e^{{-\gamma t/2}}$, $\gamma={gap:.3g}$ (theory, $\beta=\infty$)")
+                    label=rf"$\propto e^{{-\gamma t/2}}$, $\gamma={gap:.3g}$ "
+                          r"(theory, $\beta=\infty$)")
     if marked:
         ax.plot([], [], "X", color="0.5", mec="k", mew=0.6, ms=8,
                 label="× unresolved from here on (see summary.md)")
@@ -303,7 +305,8 @@ def plot_w2_curves(ds, path):
 # ---------------------------------------------------------------------------- maps
 def _mark_mollweide(ax, ds, lon0):
     pts, w = _atoms(ds)
-    for p, m, sign in zip(pts, w, ("+", "−")):
+    # the signs name the two atoms of dim E = 1; a circle's atoms beyond two are not labelled
+    for p, m, sign in zip(pts, w, ("+", "−"), strict=False):
         la, lo = lat_lon(p)
         x, y = _mollweide_xy(la, lo, lon0)
         ax.plot(x, y, marker="*", ms=11, mfc="cyan", mec="k", mew=0.7, ls="none", zorder=5)
@@ -312,7 +315,8 @@ def _mark_mollweide(ax, ds, lon0):
                     bbox=dict(boxstyle="round,pad=0.1", fc="w", ec="none", alpha=0.7))
     U = ds["dominant_eigenspace"].values
     # E^perp for dim E = 1 (the boundary between the two basins); E itself for dim E = 2
-    circle = _great_circle(U[:, 0]) if U.shape[1] == 1 else _great_circle(np.cross(U[:, 0], U[:, 1]))
+    circle = (_great_circle(U[:, 0]) if U.shape[1] == 1
+              else _great_circle(np.cross(U[:, 0], U[:, 1])))
     la, lo = lat_lon(circle)
     x, y = _split_jumps(*_mollweide_xy(la, lo, lon0), jump=np.pi)
     ax.plot(x, y, "--", color="cyan", lw=0.8, zorder=4)
@@ -368,8 +372,8 @@ def plot_density_maps(ds, path, nlon: int = 360):
                 ax.scatter(*_mollweide_xy(la, lo, lon0), s=0.4, c="w", alpha=0.55, lw=0,
                            zorder=3)
             _mark_mollweide(ax, ds, lon0)
-            ax.set_title(f"{beta_tex(float(ds['beta'][j]))},  $t={float(ds['snapshot_time'][k]):.2f}$",
-                         fontsize=8)
+            ax.set_title(f"{beta_tex(float(ds['beta'][j]))},  "
+                         f"$t={float(ds['snapshot_time'][k]):.2f}$", fontsize=8)
             if c > 0:
                 ax.set_yticklabels([])
             else:
@@ -390,7 +394,8 @@ def _ortho_decor(ax, ds, frame, labels=True):
         ax.plot(cx + np.cos(s), np.sin(s), "--", color="cyan", lw=0.8)
     pts, w = _atoms(ds)
     X, Y = ortho_project(pts, frame)
-    for x, y, m, sign in zip(X, Y, w, ("+", "−")):
+    # the signs name the two atoms of dim E = 1; a circle's atoms beyond two are not labelled
+    for x, y, m, sign in zip(X, Y, w, ("+", "−"), strict=False):
         ax.plot(x, y, marker="*", ms=11, mfc="cyan", mec="k", mew=0.7, zorder=5)
         if labels:
             ax.annotate(f"{sign}e ({m:.2f})", (x, y), xytext=(0, -13),
@@ -448,8 +453,8 @@ def plot_orthographic(ds, path, n: int = 161):
                 ax.scatter(*ortho_project(x, frame), s=0.4, c="w", alpha=0.55, lw=0, zorder=3)
             _ortho_decor(ax, ds, frame)
             _ortho_axes_labels(ax, c == 0, r == len(rows) - 1)
-            ax.set_title(f"{beta_tex(float(ds['beta'][j]))},  $t={float(ds['snapshot_time'][k]):.2f}$",
-                         fontsize=8)
+            ax.set_title(f"{beta_tex(float(ds['beta'][j]))},  "
+                         f"$t={float(ds['snapshot_time'][k]):.2f}$", fontsize=8)
         if im is not None:
             cb = fig.colorbar(im, cax=fig.add_subplot(gs[r, -1]))
             cb.set_label(r"$\rho_t$ (sr$^{-1}$)", fontsize=7)
@@ -484,8 +489,8 @@ def plot_particles(ds, path):
                 ax.fill(cx + np.cos(s), np.sin(s), color="0.94", zorder=0)
             _ortho_decor(ax, ds, frame)
             _ortho_axes_labels(ax, c == 0, r == len(rows) - 1)
-            ax.set_title(f"{beta_tex(float(ds['beta'][j]))},  $t={float(ds['snapshot_time'][k]):.2f}$",
-                         fontsize=8)
+            ax.set_title(f"{beta_tex(float(ds['beta'][j]))},  "
+                         f"$t={float(ds['snapshot_time'][k]):.2f}$", fontsize=8)
     fig.suptitle("tokens of the particle solver: left disc seen from +e, right disc from −e "
                  "(rims = E$^\\perp$); ★ limit atoms (mass)", fontsize=8.5)
     fig.tight_layout()
@@ -720,8 +725,8 @@ def plot_phase_diagram(da, path, x: str | None = None, y: str | None = None, tit
                         color="r")
     cb = fig.colorbar(im, ax=ax)
     units = da.attrs.get("units", "")
-    cb.set_label(f"{da.attrs.get('long_name', da.name)}" + (f" ({units})" if units not in ("", "1") else ""),
-                 fontsize=8)
+    cb.set_label(f"{da.attrs.get('long_name', da.name)}"
+                 + (f" ({units})" if units not in ("", "1") else ""), fontsize=8)
     ax.set_title(title or str(da.name), fontsize=9)
     fig.tight_layout()
     return _save(fig, path)

@@ -5,9 +5,9 @@ density (spherical harmonics, and finite volumes at the scenario's finite_volume
 evolved from the same rho_0, and the distance W2(rho_t, Pi#rho_0) to the projected measure is
 recorded. With ``convergence.check`` every solver also runs at a coarser resolution (N/4
 tokens, lmax/2, n/2 cells): a curve is *converged* when the two differ by less than
-``convergence.fraction`` of its minimum at every common output time (:func:`convergence`). Each finished piece of work is
-saved atomically under ``<out>/runs/`` and reused when the run is started again with the
-same scenario (resume); ``fresh=True`` recomputes everything.
+``convergence.fraction`` of its minimum at every common output time (:func:`convergence`).
+Each finished piece of work is saved atomically under ``<out>/runs/`` and reused when the run
+is started again with the same scenario (resume); ``fresh=True`` recomputes everything.
 
 Outputs in ``<out>/``: ``results.nc`` (every result as NetCDF, see :mod:`.results`),
 ``scenario.json``, the figures of :func:`spherepde.app.plotting.plot_results` and
@@ -28,13 +28,13 @@ from typing import Callable
 import numpy as np
 
 from .. import __version__, io
-from . import cost
-from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
-from .results import RESULTS_NAME, SOLVERS, convergence, results_dataset
 from ..measures import Mixture, PointCloud, Uniform, VonMisesFisher
 from ..model import Model
 from ..registry import Registry
 from ..sphere import rotation_about_axis
+from . import cost
+from .config import ConfigError, beta_text, load_config, used_scenario, validate_config
+from .results import RESULTS_NAME, SOLVERS, convergence, results_dataset
 
 __all__ = ["Task", "Run", "tasks_of", "run_one", "run_scenario", "build_model", "build_initial",
            "OutputError", "RunInterrupted"]
@@ -722,7 +722,8 @@ def _run_with_bar(task: Task, progress: bool) -> Run:
 
 def _plot_lat_lon(n: int = 90):
     """Latitudes and longitudes (degrees) of :func:`_plot_grid`'s nodes."""
-    return 90.0 - np.degrees(np.linspace(0, np.pi, n)), np.degrees(np.linspace(-np.pi, np.pi, 2 * n))
+    return (90.0 - np.degrees(np.linspace(0, np.pi, n)),
+            np.degrees(np.linspace(-np.pi, np.pi, 2 * n)))
 
 
 def _plot_grid(n: int = 90):

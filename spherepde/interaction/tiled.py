@@ -49,9 +49,9 @@ too, and the result does not depend on how the BLAS was configured.
 
 Cost model for ``kernel="auto"`` (``AutoProfile.tiled_min_dim`` in
 :mod:`spherepde.interaction.options`): **tiled when d >= 16** and m·n >=
-``AutoProfile.numba_min_pairs``, the fused kernel below. Measured on the 2-core machine (8 processes sharing it, load average 5), fused
-time / tiled time, beta = 4, N × N, interleaved (benchmarks/particles.py ``--highd``,
-docs/benchmarks/particles.md)::
+``AutoProfile.numba_min_pairs``, the fused kernel below. Measured on the 2-core machine (8
+processes sharing it, load average 5), fused time / tiled time, beta = 4, N × N, interleaved
+(benchmarks/particles.py ``--highd``, docs/benchmarks/particles.md)::
 
     threads  N      d=3   d=4   d=6   d=8   d=16  d=32  d=64
     1        2000   0.75  0.81  0.94  1.48  1.91  1.95  3.81

@@ -85,7 +85,8 @@ def _check_plane(plane, d):
     # Orthonormalise: a basis that is only nearly orthonormal would distort every cost.
     Q, R = np.linalg.qr(U)
     if abs(R[0, 0] * R[1, 1]) < 1e-8:
-        raise ValueError("plane's two columns are (nearly) parallel; pass an orthonormal (d, 2) basis")
+        raise ValueError("plane's two columns are (nearly) parallel; "
+                         "pass an orthonormal (d, 2) basis")
     return Q
 
 
@@ -154,7 +155,8 @@ def _max_sinusoid(beta, s, v, t, q, init, leaf):
             if vmax[node] == -np.inf:
                 continue
             d = _arc_dist(tj, lo[node], hi[node])
-            bound = (1.0 - qj) * vmax[node] + qj * gmax[node] - 2.0 * qj * smin[node] * (1.0 - np.cos(d))
+            bound = ((1.0 - qj) * vmax[node] + qj * gmax[node]
+                     - 2.0 * qj * smin[node] * (1.0 - np.cos(d)))
             # a relative margin keeps blocks whose bound is within round-off of the best
             if bound <= bv - 1e-13 * (1.0 + abs(bv)):
                 continue
@@ -267,7 +269,8 @@ def _staircase_potentials(order, a, P, h, b, Y, c):
             i2, j2 = order[k + 1], (j + 1) % m
             if not seen[j2]:
                 psi[j2] = psi[j] + 0.5 * (_pair_cost(P, h, Y, i, j2) - _pair_cost(P, h, Y, i, j)
-                                          + _pair_cost(P, h, Y, i2, j2) - _pair_cost(P, h, Y, i2, j))
+                                          + _pair_cost(P, h, Y, i2, j2)
+                                          - _pair_cost(P, h, Y, i2, j))
                 owner[j2] = i2
                 seen[j2] = True
             k += 1
@@ -307,7 +310,10 @@ def _shift_guess(order, keys, a, th, b):
 def _best_shift(order, a, P, h, b, Y, guess, width, scan=16):
     """The cheapest north-west coupling over the atoms' mass offset c in guess +- width: a
     scan, then a golden-section search around its best point. Returns (cost, c, first)."""
-    f = lambda c: _northwest(order, a, P, h, b, Y, c % 1.0)[0]
+
+    def f(c):
+        return _northwest(order, a, P, h, b, Y, c % 1.0)[0]
+
     step = 2.0 * width / scan
     grid = guess - width + step * np.arange(scan + 1)
     vals = np.array([f(c) for c in grid])
@@ -401,7 +407,8 @@ def _planar(x, y, b, U):
     xperp = x - p @ U.T
     h = np.einsum("nd,nd->n", xperp, xperp)
     cs, sn = np.cos(cut), np.sin(cut)
-    pr = np.ascontiguousarray(np.stack([cs * p[:, 0] + sn * p[:, 1], -sn * p[:, 0] + cs * p[:, 1]], 1))
+    pr = np.ascontiguousarray(np.stack([cs * p[:, 0] + sn * p[:, 1],
+                                        -sn * p[:, 0] + cs * p[:, 1]], 1))
     r = np.minimum(np.hypot(pr[:, 0], pr[:, 1]), 1.0)
     alpha = np.arctan2(pr[:, 1], pr[:, 0]) % TWO_PI
     return _Planar(th, bj, Yr, pr, h, r, alpha, dy, U)
@@ -508,7 +515,8 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
     def closed():
         return np.sqrt(max(upper, 0.0)) - np.sqrt(max(lower, 0.0)) <= 0.1 * tol
 
-    stopped, stalled = None, 0
+    # the cost of the last round: read only from the second round on, once one has run
+    stopped, stalled, last_round = None, 0, 0.0
     for it in range(rounds):
         start = time.perf_counter()
         if it > 0 and max_seconds is not None and \

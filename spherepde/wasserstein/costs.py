@@ -57,7 +57,8 @@ def cost_matrix(x, y, cost: str = "chordal") -> np.ndarray:
     i, j = np.nonzero(g < -_NEAR_COS)
     if i.size:
         s = x[i] + y[j]
-        theta[i, j] = np.pi - 2.0 * np.arcsin(np.minimum(0.5 * np.sqrt(np.einsum("kd,kd->k", s, s)), 1.0))
+        theta[i, j] = np.pi - 2.0 * np.arcsin(
+            np.minimum(0.5 * np.sqrt(np.einsum("kd,kd->k", s, s)), 1.0))
     return theta**2
 
 
@@ -71,7 +72,8 @@ def _pair_cost(x, y, cost):
     far = s > 2.0
     if np.any(far):
         p = x[far] + y[far]
-        theta[far] = np.pi - 2.0 * np.arcsin(np.minimum(0.5 * np.sqrt(np.einsum("kd,kd->k", p, p)), 1.0))
+        theta[far] = np.pi - 2.0 * np.arcsin(
+            np.minimum(0.5 * np.sqrt(np.einsum("kd,kd->k", p, p)), 1.0))
     return theta**2
 
 

@@ -93,8 +93,8 @@ class W2Curve:
     upper: np.ndarray | None = None
 
     def __repr__(self) -> str:
-        return (f"W2Curve(T={len(self.times)}, cost={self.cost!r}, methods={sorted(set(self.methods))}, "
-                f"min W2={np.min(self.values):.4g})")
+        return (f"W2Curve(T={len(self.times)}, cost={self.cost!r}, "
+                f"methods={sorted(set(self.methods))}, min W2={np.min(self.values):.4g})")
 
 
 def _merge_atoms(cloud: PointCloud, decimals: int = 12) -> PointCloud:

@@ -81,9 +81,9 @@ NEWTON_MARGINAL_TOL = 1e-8
 #: stops at its finest clustering of at most that many clusters when its quantization error
 #: is at most QUANTIZE_TOL * tol (the finest, not the coarsest within the budget: where the
 #: tokens are concentrated a coarser level reaches the budget while W2 is small too, and the
-#: width then misses tol). Solved at its points,
-#: such a side stalls Newton (10^6 tokens against the 393,216-cell mesh: a token keeps one to
-#: four cells in its support; 10^5 tokens and the 393,216 cells converge); the composed coupling then costs about
+#: width then misses tol). Solved at its points, such a side stalls Newton (10^6 tokens
+#: against the 393,216-cell mesh: a token keeps one to four cells in its support; 10^5 tokens
+#: and the 393,216 cells converge); the composed coupling then costs about
 #: sqrt(W2^2 + delta^2) - sqrt(W2^2 - delta^2) of width (measured: delta = 2.7e-3 gives
 #: 1.8e-3 at W2 = 5e-3), within tol = delta / 1.5 once W2 >= 1.6 delta. Where W2 is smaller
 #: the bracket stays true but wider, and details["tol_met"] says so.
@@ -172,8 +172,8 @@ def hierarchy(x, a, cost="chordal", coarsest=COARSEST, refine=REFINE, seed=0):
         _, lab = cKDTree(centres).query(x, workers=-1)
         W = np.bincount(lab, weights=a, minlength=K)
         keep = W > 0
-        bary = np.stack([np.bincount(lab, weights=a * x[:, k], minlength=K) for k in range(x.shape[1])],
-                        axis=1)[keep] / W[keep, None]
+        bary = np.stack([np.bincount(lab, weights=a * x[:, k], minlength=K)
+                         for k in range(x.shape[1])], axis=1)[keep] / W[keep, None]
         remap = np.cumsum(keep) - 1
         lab = remap[lab]
         if cost == "chordal":
@@ -209,7 +209,8 @@ def quantization_error(level):
 
 
 # ---------------------------------------------------------------------------------- kernels
-@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+# serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+@nb.njit(cache=True)
 def _layout_costs(indptr, idx, P, Q, op, oq, geodesic):
     """Costs of the pairs (i, idx[p]), p in indptr[i]:indptr[i + 1], between the points P
     (offsets op) and Q (offsets oq)."""
@@ -336,7 +337,8 @@ def _softmin(indptr, idx, cost, other, logw, eps, pot, omega):
     return err
 
 
-@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+# serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+@nb.njit(cache=True)
 def _plan_rows(indptr, idx, cost, u, v, eps):
     n = indptr.size - 1
     out = np.empty(cost.size)
@@ -346,7 +348,8 @@ def _plan_rows(indptr, idx, cost, u, v, eps):
     return out
 
 
-@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+# serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+@nb.njit(cache=True)
 def _layout_plan_cost(indptr, idx, cost, u, v, eps):
     total = 0.0
     for k in range(indptr.size - 1):
@@ -362,7 +365,8 @@ def _plan_cost(S, u, v, eps):
             else _layout_plan_cost(S.indptr, S.idx, S.cost, v, u, eps))
 
 
-@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+# serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+@nb.njit(cache=True)
 def _best_partner(indptr, idx, cost, pot, m, by_group):
     """On a sparse support (grouped by one side, m points on the other): per group k the
     partner l minimizing c_kl - pot_l (by_group), else per point l of the other side the
@@ -486,7 +490,7 @@ def _sinkhorn(S, X, Y, u, v, eps, tol, maxiter, omega=1.0):
     err = np.inf
     it = 0
     best = np.inf
-    for it in range(1, maxiter + 1):
+    for it in range(1, maxiter + 1):  # noqa: B007 (the count is returned)
         _softmin(*sx, v, la, eps, u, omega)
         err = _softmin(*sy, u, lb, eps, v, omega)
         if omega > 1:
@@ -687,7 +691,8 @@ def _quantization_budget(X0, Y0, tol, quantize):
     diff = X0.points[:, None, :] - Y0.points[None, :, :]
     val = ot.emd2(X0.weights, Y0.weights, np.einsum("ijd,ijd->ij", diff, diff),
                   numItermax=10_000_000)
-    w2_low = max(np.sqrt(max(float(val), 0.0)) - quantization_error(X0) - quantization_error(Y0), 0.0)
+    w2_low = max(np.sqrt(max(float(val), 0.0)) - quantization_error(X0)
+                 - quantization_error(Y0), 0.0)
     return max(tol / 2, np.sqrt(tol * w2_low / 4)), w2_low
 
 
@@ -975,12 +980,13 @@ def w2_multiscale(x, a, y, b, cost="chordal", tol=1e-3, epsilon=None, theta=THET
                 if not floor:
                     it, err, ncg = _solve_stage(S, X, Y, u, v, eps, 1e-3, NEWTON_STAGE_ITER,
                                                 verbose=verbose, deadline=deadline)
-                    if err <= 1e-3 and eps > 2 * np.sqrt(max(_plan_cost(S, u, v, eps), 0.0)) * tol_pruned:
+                    if err <= 1e-3 and eps > (2 * np.sqrt(max(_plan_cost(S, u, v, eps), 0.0))
+                                              * tol_pruned):
                         total_iter += it
                         entry.update(iter=it, err=err, cg=ncg, loose=True)
                         if verbose:
-                            print(f"  newton (loose): {it} it, {ncg} cg, err {err:.2e}, nnz {S.nnz}, "
-                                  f"t {time.perf_counter() - t0:.1f}")
+                            print(f"  newton (loose): {it} it, {ncg} cg, err {err:.2e}, "
+                                  f"nnz {S.nnz}, t {time.perf_counter() - t0:.1f}")
                         up = u - 0.5 * eps * np.log(X.weights)
                         vp = v - 0.5 * eps * np.log(Y.weights)
                         entry["t"] = time.perf_counter() - t0

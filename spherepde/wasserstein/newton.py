@@ -389,7 +389,7 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
     iterations, L1 column error, CG iterations in all
     """
     la, lb = np.log(a), np.log(b)
-    n, m = len(a), len(b)
+    m = len(b)
     amg = _pyamg() if m >= AMG_MIN_COLUMNS else None
     if amg is None and labels is None:
         labels = _aggregates(points, AGGREGATE)
@@ -421,7 +421,7 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
         rhs = eps * (b - col)
         count = [0]
 
-        def cb(_):
+        def cb(_, count=count):
             count[0] += 1
 
         H = _Hessian(indptr, idx, P, a, col)
@@ -458,8 +458,8 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
             t *= 0.5
         if verbose:
             print(f"    newton {it}: err {err:.3e} -> {e_new:.3e}, step {t:g}, cg {count[0]}, "
-                  f"{'new' if fresh else 'kept'} preconditioner {t2 - t1:.2f} s, cg {t3 - t2:.2f} s, other "
-                  f"{time.perf_counter() - t0 - (t3 - t1):.2f}")
+                  f"{'new' if fresh else 'kept'} preconditioner {t2 - t1:.2f} s, "
+                  f"cg {t3 - t2:.2f} s, other {time.perf_counter() - t0 - (t3 - t1):.2f}")
         # Near the solution the gain in the semi-dual is below its round-off: a step that
         # reduces the marginal error is then taken on that ground.
         if not (val_new > val or e_new < 0.5 * err):

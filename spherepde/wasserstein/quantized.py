@@ -135,7 +135,7 @@ def _refine(X, Y, XF, YF, k, l, mass, u):
         parts = [yo[ys[j]:ys[j + 1]] for j in l[lo:hi]]
         yj = np.concatenate(parts)
         share = np.concatenate([mass[p] * YF.weights[q] / Y.weights[j]
-                                for p, j, q in zip(range(lo, hi), l[lo:hi], parts)])
+                                for p, j, q in zip(range(lo, hi), l[lo:hi], parts, strict=True)])
         ax = XF.weights[xi] * (mass[lo:hi].sum() / X.weights[c])
         M = 2.0 - 2.0 * (XF.points[xi] @ YF.points[yj].T)
         np.maximum(M, 0.0, out=M)

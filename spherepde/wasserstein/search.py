@@ -100,7 +100,8 @@ def _angle(u, v):
     return 2.0 * np.arctan2(np.sqrt(s1), np.sqrt(s2))
 
 
-@nb.njit(cache=True)  # serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+# serial: cheap next to the sweeps; a parallel kernel costs seconds more to compile
+@nb.njit(cache=True)
 def _cones(P, lo, hi):
     """Per node: centre direction z, half-angle rho, r_min, r_max of the points P[lo:hi]."""
     nn = lo.size

@@ -41,7 +41,7 @@ def _newton_semidual(C, a, b, psi, eps, tol, maxiter=60):
     m = len(b)
     val, grad, H = _smoothed_semidual(C, a, b, psi, eps)
     it = 0
-    for it in range(1, maxiter + 1):
+    for it in range(1, maxiter + 1):  # noqa: B007 (the count is returned)
         if np.abs(grad).sum() <= tol:
             break
         Hr = H[1:, 1:]
@@ -88,7 +88,8 @@ def w2_semidiscrete(x, a, y, b, cost, gap_tol=None, **unused):
     t0 = time.perf_counter()
     if n * m > SEMIDISCRETE_MAX_PAIRS:
         raise ValueError(f"the semi-discrete solver holds the n x m cost matrix and needs "
-                         f"n*m <= {SEMIDISCRETE_MAX_PAIRS:.0e}; got {n}*{m}. Use method='multiscale'")
+                         f"n*m <= {SEMIDISCRETE_MAX_PAIRS:.0e}; got {n}*{m}. "
+                         "Use method='multiscale'")
     C = cost_matrix(x, y, cost)
     scale = cost_diameter(cost)
     # Round-off in sums of n terms of size <= scale; the certificate must close to this.

@@ -18,8 +18,8 @@ on all n·m pairs by exact c-transforms (the cone-tree searches of :mod:`.search
   is solved again. When no pair is violated, the two bounds meet: the exact W2.
 
 The first support holds each point's k nearest neighbours on the other side, and, above
-``SPARSE_COARSEST`` points on the larger side, every pair of points whose clusters are coupled by the
-plan of the same problem solved between clusterings ``SPARSE_REFINE`` times coarser
+``SPARSE_COARSEST`` points on the larger side, every pair of points whose clusters are coupled
+by the plan of the same problem solved between clusterings ``SPARSE_REFINE`` times coarser
 (recursively): the multiscale support. The coarse plan carries the flow between separated
 pieces of the measures (two caps whose sampled masses differ), which a neighbour support
 misses and which otherwise costs a full LP per pricing round to correct.

@@ -246,7 +246,10 @@ def _staircase_psi(ta, tb, i, j, cost):
     n, m = ta.size, tb.size
     phi = np.zeros(n)
     psi = np.zeros(m)
-    c = lambda p, q: _h(ta[p] - tb[q], cost)
+
+    def c(p, q):
+        return _h(ta[p] - tb[q], cost)
+
     phi[i[0]] = c(i[0], j[0])
     for k in range(1, i.size):
         p, q, p0, q0 = int(i[k]), int(j[k]), int(i[k - 1]), int(j[k - 1])
@@ -308,7 +311,7 @@ def _grouped_bracket(ta, wa, tb, wb, cost):
     sa = np.searchsorted(ga, np.arange(Wa.size + 1))
     sb = np.searchsorted(gb, np.arange(Wb.size + 1))
     upper = 0.0
-    for g, k in zip(*np.nonzero(G > 0)):
+    for g, k in zip(*np.nonzero(G > 0), strict=True):
         ia, ib = slice(sa[g], sa[g + 1]), slice(sb[k], sb[k + 1])
         C = _h(ta[ia, None] - tb[None, ib], cost)
         upper += G[g, k] * (wa[ia] @ C @ wb[ib]) / (Wa[g] * Wb[k])
