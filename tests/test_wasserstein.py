@@ -255,7 +255,7 @@ def test_zero_temperature_rate_of_w2_to_limit():
     sol = LagrangianSnapshots()
     curve = sp.w2_to_limit(sol, model)
     rate = -np.polyfit(curve.times, np.log(curve.values), 1)[0]
-    # The 10%: corrections decay like e^{-(mu1-mu3)s} relative to the leading term,
+    # Within 10%: corrections decay like e^{-(mu1-mu3)s} relative to the leading term,
     # small for s = t/c >= 4; the measured rate is within 1% at this resolution.
     assert abs(rate / (gamma / (2 * c)) - 1.0) < 0.10, rate
 
