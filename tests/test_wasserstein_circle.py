@@ -55,7 +55,7 @@ def test_bracket_contains_exact(n, m, d, weighted, spread, clustered):
     assert r.method == "circle" and r.cost == "chordal"
     # The bracket is certified: a dual value and a plan's cost, each summed to round-off.
     assert r.lower - 1e-12 <= ex <= r.upper + 1e-12, (r.lower, ex, r.upper)
-    # The target width tol = 1e-3 for measures of diameter 2, met from a few hundred points a
+    # The target width 2e-3 for measures of diameter 2, met from a few hundred points a
     # side (below, the staircase duals are coarser: auto then falls back to the exact LP).
     if min(n, m) >= 200:
         assert r.upper - r.lower <= 2e-3
