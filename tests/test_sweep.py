@@ -178,6 +178,23 @@ def test_deep_nesting_in_a_sweep_file_is_one_line(tmp_path, capsys):
     assert "too deeply" in err and len(err.strip().splitlines()) == 1
 
 
+def _without_dask_teardown(err: str) -> list[str]:
+    """stderr's lines less Dask's own report of a client collected after its event loop closed
+    ("Exception ignored in: <function Client.__del__ ...>" down to "RuntimeError: IOLoop is
+    closed"): Dask prints it while the local cluster shuts down, in about one run of three,
+    and replacing sys.unraisablehook in the command's process did not silence it (the
+    cluster's processes share the command's stderr). It is Dask's, not a line of spherepde's."""
+    out, skipping = [], False
+    for line in err.strip().splitlines():
+        if line.startswith("Exception ignored in: <function Client.__del__"):
+            skipping = True
+        elif skipping and line.startswith("RuntimeError: IOLoop is closed"):
+            skipping = False
+        elif not skipping:
+            out.append(line)
+    return out
+
+
 def test_ctrl_c_during_a_sweep_leaves_no_failure_record(tmp_path):
     # Ctrl-C in a terminal sends SIGINT to the whole foreground process group: the client and
     # every local worker. A task that the closing worker cuts short is not a failed task: no
@@ -212,6 +229,6 @@ def test_ctrl_c_during_a_sweep_leaves_no_failure_record(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert not list((out / "tasks").glob("*.failed.json"))
-    assert err.strip().splitlines() == ["spherepde: interrupted; finished tasks are saved, run "
-                                        "the same command again to resume"], err
+    assert _without_dask_teardown(err) == ["spherepde: interrupted; finished tasks are saved, "
+                                           "run the same command again to resume"], err
     assert len(list((out / "tasks").glob("*.nc"))) < 6  # it was stopped mid-sweep
