@@ -39,6 +39,8 @@ point cloud, and ``from_arrays`` to load itself.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -46,8 +48,8 @@ from .. import timestepping
 from ..measures import Measure, PointCloud, as_measure, grid_point_cloud
 from ..model import Model
 
-__all__ = ["DensitySolver", "DensitySolution", "check_values", "check_mass", "density_callable",
-           "MASS_RTOL"]
+__all__ = ["DensitySolver", "DensitySolution", "Resolution", "check_values", "check_mass",
+           "density_callable", "MASS_RTOL"]
 
 #: Default relative tolerance on the mass of the initial density.
 MASS_RTOL = 1e-6
@@ -84,26 +86,40 @@ def check_values(values, what="density0"):
     return values
 
 
-def check_mass(mass, rtol, d=3, resolves=None):
+@dataclass(frozen=True)
+class Resolution:
+    """How a solver integrated density0, for :func:`check_mass`'s diagnosis of a cap too
+    narrow for it: ``grid`` ("the grid of lmax = 8"), ``rule`` with its verb ("its quadrature
+    of degree 16 gives"), the ``setting`` that resolves a cap and ``needed(kappa)``, the value
+    of that setting a von Mises–Fisher cap of concentration kappa needs, and the ``remedy``."""
+
+    density0: object
+    grid: str
+    rule: str
+    setting: str
+    needed: Callable[[float], int]
+    remedy: str
+
+
+def check_mass(mass, rtol, d=3, resolves: Resolution | None = None):
     """Refuse an initial density whose integral is not 1 within ``rtol``.
 
-    ``resolves``: (density0, degree, quadrature degree), when the integral was taken by a
-    quadrature of that degree. A spherepde measure integrates to 1 by construction, so a
-    mass off by more than ``rtol`` then means that the grid cannot resolve it (a cap too
-    narrow for the degree): the error says so, with the degree a von Mises–Fisher cap needs.
+    ``resolves``: how the integral was taken (:class:`Resolution`). A spherepde measure
+    integrates to 1 by construction, so a mass off by more than ``rtol`` then means that the
+    grid cannot resolve it (a cap too narrow for it): the error says so, with the value of the
+    setting that a von Mises–Fisher cap needs.
     """
     if not abs(mass - 1.0) <= rtol and resolves is not None and \
-            isinstance(resolves[0], Measure):
-        density0, degree, quad = resolves
+            isinstance(resolves.density0, Measure):
+        density0 = resolves.density0
         kappa = max([float(getattr(c, "kappa", 0.0))
                      for c in getattr(density0, "components", [density0])] or [0.0])
         need = ""
-        if kappa > 0:  # its Legendre coefficients decay like exp(-l^2 / (2 kappa))
-            need = (f"; a cap of kappa = {kappa:g} needs lmax of at least about "
-                    f"{math.ceil(math.sqrt(2 * kappa * math.log(1e6)))}")
-        raise ValueError(f"the grid of lmax = {degree} cannot resolve density0 (its quadrature "
-                         f"of degree {quad} gives it mass {mass:.6g} instead of 1){need}; raise "
-                         "lmax, or widen the initial density (a smaller kappa)")
+        if kappa > 0:
+            need = (f"; a cap of kappa = {kappa:g} needs {resolves.setting} of at least about "
+                    f"{resolves.needed(kappa)}")
+        raise ValueError(f"{resolves.grid} cannot resolve density0 ({resolves.rule} it mass "
+                         f"{mass:.6g} instead of 1){need}; {resolves.remedy}")
     if not abs(mass - 1.0) <= rtol:
         area, uni = _AREA.get(d, ("surface area", "1/|S^(d-1)|"))
         raise ValueError(f"density0 integrates to {mass:.12g}, not 1 (off by {mass - 1:+.2e}, "

@@ -38,10 +38,16 @@ import numpy as np
 from .. import timestepping
 from ..interaction.cell_measures import CellHarmonic, EdgeVelocity
 from ..interaction.operators import DirectQuadrature, ZeroTemperature, choose_operator
-from ..measures import Measure
 from ..registry import Registry
 from ..sphere.cubed_sphere import PANELS, CubedSphere
-from .base import DensitySolution, DensitySolver, check_mass, check_values, density_callable
+from .base import (
+    DensitySolution,
+    DensitySolver,
+    Resolution,
+    check_mass,
+    check_values,
+    density_callable,
+)
 from .fv_scheme import (  # noqa: F401 - re-exported
     LIMITERS,
     MAX_N,
@@ -283,29 +289,15 @@ class _CellMassSolver(DensitySolver):
             raise ValueError(f"the density callable must map points (..., 3) to values (...);"
                              f" got output shape {vals.shape} for input {P.shape}")
         masses = np.sum(check_values(vals) * W, axis=1)
-        self._check_resolved(density0, float(masses.sum()))
-        check_mass(float(masses.sum()), self.mass_rtol)
-        return np.maximum(masses, 0.0)
-
-    def _check_resolved(self, density0, mass) -> None:
-        """A spherepde measure integrates to 1 by construction: a cell quadrature that gives it
-        another mass cannot resolve it (a cap narrower than the cells), and the error says
-        which quadrature_order would (a Gauss rule needs a few points per width 1/sqrt(kappa)
-        of the cap: measured, q >= 1.3 h sqrt(kappa) + 3 with h the cell size, at n = 16 and
-        64, kappa = 1e2..1e4)."""
-        if abs(mass - 1.0) <= self.mass_rtol or not isinstance(density0, Measure):
-            return
-        kappa = max([float(getattr(c, "kappa", 0.0))
-                     for c in getattr(density0, "components", [density0])] or [0.0])
+        # a Gauss rule needs a few points per width 1/sqrt(kappa) of a cap: measured,
+        # q >= 1.3 h sqrt(kappa) + 3 with h the cell size, at n = 16 and 64, kappa = 1e2..1e4
         h = 1.52 / self.n  # the mean cell diameter
-        need = ""
-        if kappa > 0:
-            need = (f"; a cap of kappa = {kappa:g} needs quadrature_order of at least about "
-                    f"{math.ceil(1.3 * h * math.sqrt(kappa)) + 3}")
-        raise ValueError(f"the cells of n = {self.n} (about {h:.3g} rad across) with "
-                         f"quadrature_order = {self.quadrature_order} cannot resolve density0 "
-                         f"(its cell integrals give it mass {mass:.6g} instead of 1){need}; "
-                         "raise quadrature_order (or n), or widen the initial density")
+        check_mass(float(masses.sum()), self.mass_rtol, resolves=Resolution(
+            density0, f"the cells of n = {self.n} (about {h:.3g} rad across) with "
+            f"quadrature_order = {self.quadrature_order}", "its cell integrals give",
+            "quadrature_order", lambda kappa: math.ceil(1.3 * h * math.sqrt(kappa)) + 3,
+            "raise quadrature_order (or n), or widen the initial density"))
+        return np.maximum(masses, 0.0)
 
     def check_state(self, y) -> np.ndarray:
         """Cell masses from an array of cell averages (n_cells,)."""

@@ -41,7 +41,14 @@ from ..interaction.operators import (
 from ..model import Model
 from ..sphere import GaussGrid, as_points, rotation_axis_frame
 from ..transforms.sht import evaluate_points, fft_size, get_backend, lm_arrays
-from .base import MASS_RTOL, DensitySolution, check_mass, check_values, density_callable
+from .base import (
+    MASS_RTOL,
+    DensitySolution,
+    Resolution,
+    check_mass,
+    check_values,
+    density_callable,
+)
 from .common import RESOLUTION_TOL, SpectralDensitySolver, warn_resolution
 
 __all__ = ["SpectralSolver", "SpectralSolution"]
@@ -295,7 +302,11 @@ class SpectralSolver(SpectralDensitySolver):
             raise ValueError(f"the density callable must map points (..., 3) to values (...); "
                              f"got output shape {vals.shape} for input {g.points.shape}")
         a = big.analysis(vals)
-        check_mass(SQRT_4PI * a[0].real, self.mass_rtol, resolves=(density0, self.lmax, L2))
+        # a cap's Legendre coefficients decay like exp(-l^2 / (2 kappa))
+        check_mass(SQRT_4PI * a[0].real, self.mass_rtol, resolves=Resolution(
+            density0, f"the grid of lmax = {self.lmax}", f"its quadrature of degree {L2} gives",
+            "lmax", lambda kappa: math.ceil(math.sqrt(2 * kappa * math.log(1e6))),
+            "raise lmax, or widen the initial density (a smaller kappa)"))
         spec = np.bincount(big.l, weights=np.where(big.m == 0, 1.0, 2.0) * np.abs(a) ** 2,
                            minlength=L2 + 1)
         warn_resolution(spec, self.lmax, self.resolution_tol)
