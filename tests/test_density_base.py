@@ -176,3 +176,21 @@ def test_a_new_discretisation_subclasses_the_base(tmp_path):
     with pytest.raises(ValueError, match="holds a test-upwind-S1 solution, not a S2 one; use "
                                          "UpwindSolution"):
         sp.SpectralSolution.load(path)
+
+
+@pytest.mark.parametrize("make", [lambda: sp.FourierSolver(MODEL_S1, kmax=16),
+                                  lambda: sp.SpectralSolver(sp.Model(beta=2.0), lmax=16),
+                                  lambda: sp.FiniteVolumeSolver(sp.Model(beta=2.0), 4)])
+def test_on_output_sees_each_state_as_it_is_reached(make):
+    # a long run saves its rows from this callback: it must see exactly the returned states,
+    # in order, each as a one-state solution of the same kind
+    seen = []
+    times = np.linspace(0.0, 0.5, 4)
+    rho0 = rho0_s1 if isinstance(make(), sp.FourierSolver) else sp.measures.VonMisesFisher(
+        [0.0, 0.0, 1.0], 2.0)
+    sol = make().solve(rho0, times, on_output=lambda i, t, one: seen.append((i, t, one)))
+    assert [i for i, _, _ in seen] == list(range(len(times)))
+    np.testing.assert_array_equal([t for _, t, _ in seen], times)
+    for i, _, one in seen:
+        assert type(one) is type(sol) and len(one) == 1
+        np.testing.assert_array_equal(one.coefficients[0], sol.coefficients[i])

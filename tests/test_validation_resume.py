@@ -1,5 +1,5 @@
 """The low-temperature study's finite-volume pieces save their progress inside a piece and
-resume from it (a piece at n = 64 takes hours, longer than one sitting)."""
+resume from it (a piece at n = 256 takes longer than one sitting)."""
 import sys
 from pathlib import Path
 
@@ -23,27 +23,37 @@ def test_an_interrupted_piece_resumes_where_it_stopped_and_matches_an_uninterrup
     whole = lt.run_finite_volume("E1", 4.0, 4, TIMES)
 
     partial = tmp_path / "piece.partial.npz"
-    calls = {"n": 0}
-    solve = sp.FiniteVolumeSolver.solve
+    saves = {"n": 0}
+    checkpoint = lt._checkpoint
 
-    def failing(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:  # the third interval dies, as a killed job would
+    def failing(*args):
+        saves["n"] += 1
+        if saves["n"] == 3:  # dies before the third output is saved, as a killed job would
             raise Interrupted
-        return solve(self, *args, **kwargs)
+        return checkpoint(*args)
 
-    monkeypatch.setattr(sp.FiniteVolumeSolver, "solve", failing)
+    monkeypatch.setattr(lt, "_checkpoint", failing)
     with pytest.raises(Interrupted):
         lt.run_finite_volume("E1", 4.0, 4, TIMES, partial=partial)
     saved = np.load(partial)
     assert int(saved["done"]) == 2 and saved["rows"].shape[0] == 3
 
-    calls["n"] = -100  # no more failures; count the intervals the resumed run solves
+    solved = []
+    solve = sp.FiniteVolumeSolver.solve
+
+    def recording(self, state, times, **kwargs):
+        solved.append(len(times))
+        return solve(self, state, times, **kwargs)
+
+    monkeypatch.setattr(sp.FiniteVolumeSolver, "solve", recording)
     resumed = lt.run_finite_volume("E1", 4.0, 4, TIMES, partial=partial)
-    assert calls["n"] == -100 + 2  # only the two intervals left
-    # The same states are marched from the same saved state: equal to round-off.
-    np.testing.assert_allclose(resumed["w2"], whole["w2"], rtol=1e-12, atol=0)
-    np.testing.assert_allclose(resumed["terminal"], whole["terminal"], rtol=1e-12, atol=1e-15)
+    assert solved == [3]  # one solve, from the saved output 2 over the two intervals left
+    # The resumed run restarts the macro step at t = 0.5, so it agrees with the uninterrupted
+    # one to the step control, not to round-off: restarting at every output moves this curve
+    # by 3e-6 relative (measured), a tenth of the default macro_tol (1e-4) bounds it; the saved
+    # rows themselves are the uninterrupted run's.
+    np.testing.assert_array_equal(resumed["w2"][:3], whole["w2"][:3])
+    np.testing.assert_allclose(resumed["w2"], whole["w2"], rtol=1e-4, atol=0)
     assert float(resumed["resumed_seconds"]) > 0
 
 

@@ -227,9 +227,9 @@ class DensitySolver:
     def prepare(self, y0) -> None:
         """Called once with the initial state before marching."""
 
-    def march(self, y0, times, progress=None, stop_negative_mass=None):
+    def march(self, y0, times, progress=None, stop_negative_mass=None, on_output=None):
         """States at ``times`` and the integrator's statistics (see :meth:`run`)."""
-        return self.run(y0, times, progress, stop_negative_mass)
+        return self.run(y0, times, progress, stop_negative_mass, on_output)
 
     # ------------------------------------------------------------------ shared
     def initial_state(self, density0):
@@ -241,7 +241,7 @@ class DensitySolver:
             return y
         return self.project(density0)
 
-    def run(self, y0, times, progress=None, stop_negative_mass=None):
+    def run(self, y0, times, progress=None, stop_negative_mass=None, on_output=None):
         """March :meth:`rhs` from y0 across all ``times`` in one run of the shared RK registry,
         the step capped by :meth:`dt_max` (consulted at every output time). Returns the list
         of states and the statistics.
@@ -250,7 +250,8 @@ class DensitySolver:
         output whose negative mass exceeds it in size (the density is no longer resolved), or
         when the integrator fails; ``stats["stopped"]`` then says why and the states reached so
         far are returned. A bound first exceeded at the last output is reported in
-        ``stats["unresolved"]``."""
+        ``stats["unresolved"]``. ``on_output(i, t, state)``, when given, sees every output
+        state as soon as it is reached."""
         # the registry works on real arrays: march complex coefficients as their float64 view
         cplx = np.iscomplexobj(y0)
 
@@ -265,8 +266,10 @@ class DensitySolver:
         out = []
         stats = {"steps": 0, "rejected": 0, "fevals": 0}
 
-        def on_output(i, t, yr):
+        def on_output_(i, t, yr):
             out.append(y0 if i == 0 else as_state(yr).copy())
+            if on_output is not None:
+                on_output(i, t, out[-1])
             if i == 0 or stop_negative_mass is None:
                 return False
             neg = abs(self.diagnostics(out[-1])[2])
@@ -279,7 +282,7 @@ class DensitySolver:
 
         y = np.ascontiguousarray(y0).view(np.float64) if cplx else y0
         try:
-            self.integrate(f, y, times, on_output, progress, stats,
+            self.integrate(f, y, times, on_output_, progress, stats,
                            dt_max=lambda t, yr: self.dt_max(t, as_state(yr)))
         except (RuntimeError, FloatingPointError) as exc:
             if isinstance(exc, timestepping.StepSizeError):  # name the setting to change
@@ -308,19 +311,29 @@ class DensitySolver:
         """What to change when the adaptive step collapses (a subclass names its resolution)."""
         return "The density is likely no longer resolved: refine the discretisation"
 
-    def solve(self, density0, times, progress=None, stop_negative_mass=None):
+    def solve(self, density0, times, progress=None, stop_negative_mass=None, on_output=None):
         """Evolve density0 (a measure of :mod:`spherepde.measures`, a callable density f(x),
         x: (..., d), or the solver's coefficients) and return the states at ``times``
         (times[0] is the initial time).
 
         ``stop_negative_mass``: when set (e.g. 1e-3), a run whose density stops being resolved
         (negative mass beyond the bound, or a failed step) ends early with the times reached so
-        far, and ``solution.stats["stopped"]`` says why; otherwise it raises."""
+        far, and ``solution.stats["stopped"]`` says why; otherwise it raises.
+
+        ``on_output(i, t, solution)``: called as each output time is reached, with a solution
+        holding that one state (``solution.measure(0)``, ``solution.save``): what a long run
+        needs to save its rows and a checkpoint as it goes, in one solve."""
         times = timestepping._check_times(times)
         y0 = self.initial_state(density0)
         self.prepare(y0)
-        states, stats = self.march(y0, times, progress, stop_negative_mass)
-        times = times[: len(states)]
+        each = None
+        if on_output is not None:
+            def each(i, t, y):
+                on_output(i, t, self._solution(np.array([t]), [y], density0, {}))
+        states, stats = self.march(y0, times, progress, stop_negative_mass, each)
+        return self._solution(times[: len(states)], states, density0, stats)
+
+    def _solution(self, times, states, density0, stats):
         diag = np.array([self.diagnostics(y) for y in states])
         sol = self.solution_class(
             times, np.array(states), self.model, initial_measure(density0, self.d),

@@ -327,12 +327,15 @@ class SpectralSolver(SpectralDensitySolver):
                     sht=self.sht_library)
 
     # ------------------------------------------------------------------ the march
-    def march(self, y0, times, progress=None, stop_negative_mass=None):
+    def march(self, y0, times, progress=None, stop_negative_mass=None, on_output=None):
         if self._frame is None:
-            return self.run(y0, times, progress, stop_negative_mass)
+            return self.run(y0, times, progress, stop_negative_mass, on_output)
         # march rho'(x') = rho(P x') in the frame where B is c times a z-rotation (see
         # spherepde.sphere.rotation_axis_frame), then rotate each output back: x -> rho'(P^T x)
         P, inner = self._frame, self._inner
         inner._nu = self._nu
-        ys, stats = inner.run(self.sht.rotate(y0, P.T), times, progress, stop_negative_mass)
+        back = None if on_output is None else (
+            lambda i, t, y: on_output(i, t, y0 if i == 0 else self.sht.rotate(y, P)))
+        ys, stats = inner.run(self.sht.rotate(y0, P.T), times, progress, stop_negative_mass,
+                              back)
         return [y0] + [self.sht.rotate(y, P) for y in ys[1:]], stats
