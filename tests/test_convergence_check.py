@@ -99,3 +99,27 @@ def test_resolution_error_matches_times_and_adds_both_brackets():
     np.testing.assert_allclose(err, [0.1 + 0.011, 0.03 + 0.022])
     t, err = resolution_error([0.0, 1.0], [1.0, 0.5], [0.5], [0.7])
     assert t.size == 0 and err.size == 0
+
+
+def test_richardson_recovers_order_and_limit_of_a_known_expansion():
+    from spherepde.analysis.convergence import richardson
+
+    # e_h = C h^1.5 + D h^3: the observed order tends to 1.5, the extrapolant keeps the h^3
+    # remainder and what the one fitted order misses, both inside the error bar (the correction)
+    exact = np.sin(T) + 2.0
+    h = [0.1 / 2**k for k in range(3)]
+    runs = [exact + 0.7 * np.cos(T) * x**1.5 + 0.4 * x**3 for x in h]
+    p, R, err = richardson(*runs)
+    assert abs(p - 1.5) < 0.05  # the h^3 term shifts the two-level estimate by O(h^1.5)
+    assert np.all(np.abs(R - exact) <= err)
+    assert np.max(np.abs(R - exact)) < 0.1 * np.max(np.abs(runs[2] - exact))
+
+
+def test_richardson_refuses_what_it_cannot_extrapolate():
+    from spherepde.analysis.convergence import richardson
+
+    # differences that grow under refinement: no asymptotic range, no order
+    p, R, err = richardson(T * 0, T * 0 + 1e-3, T * 0 + 3e-3)
+    assert math.isnan(p) and np.all(np.isnan(R)) and np.all(np.isnan(err))
+    with pytest.raises(ValueError, match="same points"):
+        richardson(T, T, T[:3])

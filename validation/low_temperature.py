@@ -43,7 +43,7 @@ from _common import OUT, publish, table
 
 import spherepde as sp
 from spherepde import io
-from spherepde.analysis.convergence import resolution_error
+from spherepde.analysis.convergence import resolution_error, richardson
 from spherepde.sphere import rotation_about_axis
 from spherepde.wasserstein.limit import _merge_atoms
 
@@ -81,7 +81,8 @@ class Plan:
     t_end: float
     n_times: int
     particles: list | dict   # token counts, coarse to fine (factor 4); or beta -> counts
-    finite_volume: list | dict  # cells along a cube edge, coarse to fine (factor 2); or per beta
+    #: cells along a cube edge, coarse to fine (factor 2); or per beta, or per (scenario, beta)
+    finite_volume: list | dict
     spectral: list           # lmax values
     scenarios: list = field(default_factory=lambda: ["E1", "E2"])
     e2_betas: list | None = None  # betas for the dim E = 2 scenario (default: all)
@@ -101,16 +102,18 @@ class Plan:
         return np.linspace(0.0, t_end, int(round(t_end / step)) + 1)
 
     @staticmethod
-    def _at(resolutions, beta) -> list:
-        return resolutions[beta] if isinstance(resolutions, dict) else resolutions
+    def _at(resolutions, beta, scenario=None) -> list:
+        if not isinstance(resolutions, dict):
+            return resolutions
+        return resolutions.get((scenario, beta), resolutions.get(beta))
 
     def tokens(self, beta) -> list:
         """The token counts of the particle runs at this beta."""
         return self._at(self.particles, beta)
 
-    def cells(self, beta) -> list:
-        """The cube-edge cell counts of the finite-volume runs at this beta."""
-        return self._at(self.finite_volume, beta)
+    def cells(self, beta, scenario=None) -> list:
+        """The cube-edge cell counts of the finite-volume runs at this beta (and scenario)."""
+        return self._at(self.finite_volume, beta, scenario)
 
 
 #: --quick: small enough for 2 cores in minutes; its finite-volume pair (n = 12, 24) resolves
@@ -136,7 +139,11 @@ FULL = Plan(betas=[4.0, 16.0, 64.0, 256.0, 1000.0, math.inf], t_end=14.0, n_time
                        256.0: [16000, 64000, 256000], 1000.0: [64000, 256000, 1000000],
                        math.inf: [16000, 64000, 256000, 1024000]},
             finite_volume={**{b: [32, 64, 128] for b in (4.0, 16.0, 64.0, 256.0, 1000.0)},
-                           math.inf: [128, 256, 512]},
+                           math.inf: [128, 256, 512],
+                           # a third resolution where the curve concentrates most: the
+                           # observed order and a Richardson extrapolation
+                           **{("E1", b): [32, 64, 128, 256] for b in (64.0, 256.0, 1000.0)},
+                           **{("E2", b): [32, 64, 128, 256] for b in (16.0, 64.0, 256.0, 1000.0)}},
             spectral=[64, 128],
             windows={("E1", 256.0): (20.0, {"finite_volume": [32, 64]})})
 
@@ -428,6 +435,17 @@ class Curve:
     #: the W2 brackets' widths (upper - lower), fine plus coarse, at each time: a W2 solver
     #: that stops at a bracket leaves each value uncertain by up to its width
     widths: np.ndarray | None = None
+    #: the resolution below ``coarse``, when the plan has three or more (observed order)
+    third: np.ndarray | None = None
+
+    def extrapolated(self):
+        """(order, Richardson curve, its error bar) from the three finest resolutions over the
+        times all three reached (:func:`spherepde.analysis.convergence.richardson`), or None
+        with fewer than three."""
+        if self.third is None or self.coarse is None:
+            return None
+        n = min(len(self.w2), len(self.coarse), len(self.third))
+        return richardson(self.third[:n], self.coarse[:n], self.w2[:n])
 
     @property
     def error(self) -> np.ndarray | None:
@@ -489,7 +507,8 @@ def curves_of(plan: Plan):
     for scenario in plan.scenarios:
         betas = plan.betas if scenario == "E1" or plan.e2_betas is None else plan.e2_betas
         for beta in betas:
-            runs = [("particles", plan.tokens(beta)), ("finite_volume", plan.cells(beta)),
+            runs = [("particles", plan.tokens(beta)),
+                    ("finite_volume", plan.cells(beta, scenario)),
                     ("spectral", plan.spectral)]
             for solver, resolutions in runs:
                 if not resolutions:
@@ -585,7 +604,8 @@ def collect(plan: Plan, store, fresh=False, compute=True, missing=None,
                             fine["w2"], coarse,
                             {r: (float(d["seconds"]), float(d.get("cpu_seconds", np.nan)))
                              for r, d in data.items()},
-                            fine["terminal"], widths))
+                            fine["terminal"], widths,
+                            data[have[-3]]["w2"] if len(have) > 2 else None))
     return curves
 
 
@@ -631,6 +651,28 @@ def agreement(curves: list[Curve]):
             rows.append((c.scenario, beta_label(c.beta), c.solver, o.solver, float(c.times[n - 1]),
                          diff, "n/a" if own is None else own,
                          "n/a" if own is None else ("yes" if diff <= own else "no")))
+    return rows
+
+
+def richardson_rows(curves: list[Curve]):
+    """One row per curve with three resolutions: its observed order and extrapolated curve."""
+    rows = []
+    for c in curves:
+        ext = c.extrapolated()
+        if ext is None:
+            continue
+        p, R, err = ext
+        n = len(R)
+        res = sorted(c.seconds)[-3:]
+        if math.isnan(p):
+            rows.append((c.scenario, c.solver, beta_label(c.beta), ", ".join(map(str, res)),
+                         "none (differences do not shrink)", "", "", "", "", ""))
+            continue
+        i = int(np.argmin(R))
+        rows.append((c.scenario, c.solver, beta_label(c.beta), ", ".join(map(str, res)), p,
+                     float(np.max(np.abs(c.w2[:n] - c.coarse[:n]))), float(np.max(err)),
+                     f"{R[i]:.5g} ± {err[i]:.2g}", float(c.times[i]),
+                     f"{R[-1]:.5g} ± {err[-1]:.2g}"))
     return rows
 
 
@@ -788,6 +830,16 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
             "lower), the most the true distances can differ.", "",
             table(rows, ["scenario", "solver", "beta", "finest res", "min W2", "t*",
                          "W2 at end", "end", "max \\|fine−coarse\\|", "converged", "wall time"])]
+    orders = richardson_rows(curves)
+    if orders:
+        text += ["", "Observed order and Richardson extrapolation from the three finest "
+                 "resolutions (one order per curve, from the max-norm differences; the "
+                 "extrapolant's error bar is its correction |R − fine|; "
+                 "`spherepde.analysis.convergence.richardson`). Cells refine by 2 per level, "
+                 "tokens by 4, so a particle order is in N^(-1/2):", "",
+                 table(orders, ["scenario", "solver", "beta", "resolutions", "order",
+                                r"max \|fine−coarse\|", "max error bar", "min R", "t* (R)",
+                                "R at end"])]
     agree = agreement(curves)
     if agree:
         text += ["", "Agreement of converged curves with the other solvers (max over the times, "
