@@ -44,7 +44,7 @@ names the key and what it accepts.
 
     [finite_volume]
     enabled = true
-    n = 40                           # cells along a cube edge (6 n^2 cells), to run.t_end
+    n = 64                           # cells along a cube edge (6 n^2 cells), to run.t_end
     betas = [4.0, 16.0, 64.0, 256.0, "inf"]  # a subset of run.betas (cost grows like n^3)
 
     [convergence]
@@ -92,7 +92,7 @@ DEFAULT = {
     # 2000 times below the convergence check's threshold, for 30% fewer steps
     "particles": {"n": 4000, "init": "auto", "seed": 0, "rtol": 1e-5},
     "spectral": {"enabled": True, "lmax": 128, "t_end": 3.0},
-    "finite_volume": {"enabled": True, "n": 40, "betas": [4.0, 16.0, 64.0, 256.0, "inf"]},
+    "finite_volume": {"enabled": True, "n": 64, "betas": [4.0, 16.0, 64.0, 256.0, "inf"]},
     "convergence": {"check": True, "fraction": 0.05},
     "output": {"dir": "spherepde-output"},
 }

@@ -8,11 +8,15 @@ steps × seconds per step, where
   ``rescale_time`` moves e^β times faster), at a rate per unit of ‖A‖ t that depends on the
   solver (and, for the finite volumes, on the cells n, as a CFL condition does);
 - the seconds per step grow with the resolution: N tokens (a far-field kernel: linear in N),
-  lmax² (spherical-harmonic transforms on a (lmax+1) × 2lmax grid), n³ (finite volumes).
+  lmax² (spherical-harmonic transforms on a (lmax+1) × 2lmax grid); the finite volumes take
+  about 2.1 n transport substeps per unit of ‖A‖ t (their positivity bound on cells of size
+  1/n), each costing n² cells, plus the field evaluations of the macro steps (about 5.5 per
+  unit of time, fixed by the output spacing, not by n): 0.18 + 3.6e-6 n³ s per unit time.
 
 The constants were measured with the built-in scenario's model on a 2-core machine at the
-sizes N = 200…4000, lmax = 16…128, n = 4…16; the model's only purpose is to catch scenarios
-that take hours before they start (:func:`refuse_if_too_long`), not to predict minutes.
+sizes N = 200…4000, lmax = 16…128 and (finite volumes, multirate, β = 256) n = 32…64; the
+model's only purpose is to catch scenarios that take hours before they start
+(:func:`refuse_if_too_long`), not to predict minutes.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ LIMIT_SECONDS = 3600.0
 _MODEL = {
     "particles": (lambda r: 8.0, lambda r: 2e-3 + 6e-6 * r),
     "spectral": (lambda r: 70.0, lambda r: 1e-3 + 2.3e-6 * r * r),
-    "finite_volume": (lambda r: 8.0 + 1.6 * r, lambda r: 5e-4 + 1.7e-5 * r ** 3),
+    "finite_volume": (lambda r: 2.1 * r, lambda r: 0.086 / r + 1.7e-6 * r * r),
 }
 #: What to turn, per solver, when the estimate is too long.
 _KNOBS = {"particles": "particles.n or run.t_end",
