@@ -654,6 +654,30 @@ def agreement(curves: list[Curve]):
     return rows
 
 
+def confirmed_until(c: Curve, curves: list[Curve]) -> tuple[float, str]:
+    """(t, other solver): how long an independent solver confirms curve c. From t = 0 on, at
+    every output time where both curves' own errors are measured (each |fine − coarse| plus its
+    brackets), the two must agree within the sum of those errors; t is the last time before
+    the first disagreement (or the end of the common times), maximised over the other solvers.
+    (-inf, "") when no other solver has an error estimate at c's start."""
+    best, by = -math.inf, ""
+    err_c = c.error
+    if err_c is None:
+        return best, by
+    for o in curves:
+        if o.solver == c.solver or o.scenario != c.scenario or o.beta != c.beta:
+            continue
+        err_o = o.error
+        if err_o is None:
+            continue
+        n = min(len(err_c), len(err_o))
+        gap = np.abs(c.w2[:n] - o.w2[:n]) > err_c[:n] + err_o[:n]
+        k = int(np.argmax(gap)) if gap.any() else n
+        if k > 0 and c.times[k - 1] > best:
+            best, by = float(c.times[k - 1]), o.solver
+    return best, by
+
+
 def richardson_rows(curves: list[Curve]):
     """One row per curve with three resolutions: its observed order and extrapolated curve."""
     rows = []
@@ -816,20 +840,31 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
     for c in curves:
         ts, wm = c.minimum()
         err = c.error
+        until, by = confirmed_until(c, curves)
+        confirmed = ("no" if until == -math.inf else
+                     "whole window" if until >= c.times[-1] else f"until t = {until:g}")
         rows.append((c.scenario, c.solver, beta_label(c.beta), c.res, wm, ts, float(c.w2[-1]),
                      float(c.times[-1]), "n/a" if err is None else float(np.max(err)),
                      "yes" if c.converged else "no",
+                     confirmed + (f" ({by})" if by else ""),
                      ", ".join(f"{r}: {w:.0f} s ({cpu:.0f} CPU s)"
                                for r, (w, cpu) in c.seconds.items())))
     text = [f"Mode `{mode}`; total wall time of this invocation {wall:.0f} s (pieces reused from "
             "earlier runs count with the wall time they took). W2 is chordal, computed against "
             "the solver's own Π#ρ0 (particles: the empirical half-sphere masses of their start).",
-            "", "Converged: the two finest resolutions (N and 4N tokens; n and 2n cells along a "
-            f"cube edge) differ by less than {CONVERGED_FRACTION:.0%} of the curve's minimum at "
-            "every output time; each difference is widened by both W2 brackets (upper − "
-            "lower), the most the true distances can differ.", "",
+            "", "Self-converged: the two finest resolutions of one solver (N and 4N tokens; n and "
+            f"2n cells along a cube edge) differ by less than {CONVERGED_FRACTION:.0%} of the "
+            "curve's minimum at every output time; each difference is widened by both W2 "
+            "brackets (upper − lower), the most the true distances can differ. A solver can "
+            "converge under its own refinement and still be wrong, so a curve is only "
+            "**confirmed** where an independent solver agrees with it within the sum of the two "
+            "curves' own errors: 'confirmed' gives the time up to which one does (from t = 0, "
+            "and by which solver). Only a self-converged curve confirmed over its whole window "
+            "counts as converged without qualification; the fits below use self-converged "
+            "curves and say how far each is confirmed.", "",
             table(rows, ["scenario", "solver", "beta", "finest res", "min W2", "t*",
-                         "W2 at end", "end", "max \\|fine−coarse\\|", "converged", "wall time"])]
+                         "W2 at end", "end", "max \\|fine−coarse\\|", "self-converged",
+                         "confirmed", "wall time"])]
     orders = richardson_rows(curves)
     if orders:
         text += ["", "Observed order and Richardson extrapolation from the three finest "
@@ -849,18 +884,25 @@ def report(plan: Plan, curves: list[Curve], wall: float, mode: str, sensitivity=
                                "max \\|diff\\|", "other's error", "within"])]
     for scenario, (pts, censored, fit) in fits.items():
         dim = SCENARIOS[scenario]["dimE"]
-        listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f}"
-                           for s_, b, ts, wm in pts) or "none"
+        def confirmation(solver, beta, scenario=scenario):
+            c = max((c for c in curves if (c.scenario, c.solver, c.beta) ==
+                     (scenario, solver, beta)), key=lambda c: c.times[-1])
+            until, by = confirmed_until(c, curves)
+            return ("not confirmed" if until == -math.inf else
+                    f"confirmed by {by} until t = {until:g}")
+
+        listed = "; ".join(f"{s_} β = {b:g}: t* = {ts:.3f}, min W2 = {wm:.4f} "
+                           f"({confirmation(s_, b)})" for s_, b, ts, wm in pts) or "none"
         if censored:
             listed += (" (left out, converged but within their own error of their minimum up "
                        "to the window's end, still falling or flat, so that t* is not located: "
                        + "; ".join(f"{s_} β = {b:g} over [{t0:g}, {te:g}]"
                                    for s_, b, t0, te in censored) + ")")
         if fit is None:
-            text += ["", f"Converged finite-β curves (dim E = {dim}): {listed}. Fewer than "
+            text += ["", f"Self-converged finite-β curves (dim E = {dim}): {listed}. Fewer than "
                      f"{MIN_FIT_BETAS} distinct β: no fit of t*(β) or min W2(β)."]
         else:
-            text += ["", f"Converged finite-β curves (dim E = {dim}): {listed}. Fit: t* = "
+            text += ["", f"Self-converged finite-β curves (dim E = {dim}): {listed}. Fit: t* = "
                      f"{fit['slope']:.3f} log β + {fit['intercept']:.3f} (R² = "
                      f"{fit['r2']:.4f}); min W2 ∝ sqrt(log(β+1)/β)^{fit['exponent']:.3f}."]
     if sensitivity:
