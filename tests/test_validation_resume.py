@@ -88,6 +88,21 @@ def test_agreement_compares_only_where_the_other_solvers_error_is_measured():
     assert diff == pytest.approx(2e-4) and own == pytest.approx(2e-4) and within == "yes"
 
 
+def test_a_curve_is_confirmed_until_an_independent_solver_first_disagrees_beyond_both_errors():
+    t = TIMES
+    fv = lt.Curve("E1", "finite_volume", 64.0, 128, t, np.array([1.0, 0.9, 0.8, 0.7, 0.6]),
+                  np.array([1.0, 0.9, 0.8, 0.7, 0.6]) + 1e-3, {}, np.zeros(5))
+    # the particles sit 1.5e-3 off (within 1e-3 + their own 1e-3) until t = 0.5, then 0.05 off
+    # at t = 0.75 (far beyond), then back within: confirmation ends at the first disagreement
+    w = np.array([1.0, 0.9015, 0.8015, 0.75, 0.6])
+    parts = lt.Curve("E1", "particles", 64.0, 64000, t, w, w - 1e-3, {}, np.zeros(5))
+    assert lt.confirmed_until(fv, [fv, parts]) == (0.5, "particles")
+    assert lt.confirmed_until(parts, [fv, parts]) == (0.5, "finite_volume")
+    # no independent curve with its own error: never confirmed
+    alone = lt.Curve("E1", "particles", 64.0, 64000, t, w, None, {}, np.zeros(5))
+    assert lt.confirmed_until(fv, [fv, alone]) == (-np.inf, "")
+
+
 def test_an_interrupted_particle_piece_resumes_from_its_last_output(tmp_path, monkeypatch):
     whole = lt.run_particles("E1", 16.0, 300, TIMES)
     # uninterrupted, a checkpointed piece is the one solve it was before checkpoints existed
