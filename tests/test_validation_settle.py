@@ -1,0 +1,43 @@
+"""The helpers of the targeted low-temperature tests: the tail-bumped start and the times read
+off a curve."""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import low_temperature as lt  # noqa: E402
+import settle  # noqa: E402
+
+
+def test_the_bumped_start_is_f_times_rho0_at_the_target_and_rho0_far_from_it():
+    model = lt.model_for("E1", 16.0)
+    density, c = settle.tail_bump(model, 10.0)
+    rho0 = lt.initial()
+    # at c the bump is exactly 1: the ratio is f (round-off)
+    assert abs(density(c) / rho0.density(c) - 10.0) < 1e-12
+    # at -c the bump is exp(-2 / 0.09) ~ 2e-10: the ratio is 1 + 9 * 2e-10
+    assert abs(density(-c) / rho0.density(-c) - 1.0) < 1e-8
+    plain, _ = settle.tail_bump(model, 1.0)
+    x = rho0.sample(50, seed=1)
+    assert np.array_equal(plain(x), rho0.density(x))
+    # c is the attention target of the dominant atom: B^T e / |B^T e|, a unit vector
+    assert abs(np.linalg.norm(c) - 1.0) < 1e-14
+
+
+def test_departure_time_of_a_parabola_is_where_it_rises_the_fraction_above_its_minimum():
+    t = np.linspace(0.0, 10.0, 1001)
+    w = 1.0 + (t - 4.0) ** 2
+    # 1 + (t - 4)^2 = 1.05 at t = 4 + sqrt(0.05); linear interpolation on a 0.01 grid of a
+    # parabola of curvature 2 errs by at most 2 * 0.01^2 / 8 / slope(~0.45) ~ 6e-5
+    assert abs(settle.departure_time(t, w, 0.05) - (4.0 + math.sqrt(0.05))) < 1e-4
+    assert math.isnan(settle.departure_time(t, np.exp(-t), 0.05))  # still falling
+
+
+def test_agreement_end_and_decay_rate():
+    t = np.arange(6.0)
+    assert settle.agreement_end(t, [0, 0.1, 0.1, 0.5, 0.1, 0], 0.2) == 2.0
+    assert settle.agreement_end(t, np.zeros(6), 0.2) == 5.0
+    # an exact exponential: the least-squares slope is the rate to round-off
+    assert abs(settle.decay_rate(t, 3.0 * np.exp(-1.7 * t), 1.0, 5.0) - 1.7) < 1e-12
