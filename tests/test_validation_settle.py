@@ -10,18 +10,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 import low_temperature as lt  # noqa: E402
 import settle  # noqa: E402
 
+import spherepde as sp  # noqa: E402
 
-def test_the_bumped_start_is_f_times_rho0_at_the_target_and_rho0_far_from_it():
+
+def test_the_bumped_start_is_f_times_rho0_at_the_target_and_integrates_to_one():
     model = lt.model_for("E1", 16.0)
     density, c = settle.tail_bump(model, 10.0)
     rho0 = lt.initial()
-    # at c the bump is exactly 1: the ratio is f (round-off)
-    assert abs(density(c) / rho0.density(c) - 10.0) < 1e-12
-    # at -c the bump is exp(-2 / 0.09) ~ 2e-10: the ratio is 1 + 9 * 2e-10
-    assert abs(density(-c) / rho0.density(-c) - 1.0) < 1e-8
+    # the bump is 1 at c and exp(-2 / 0.3^2) at -c: the ratio of the two ratios to rho_0 is
+    # f / (1 + (f - 1) exp(-2 / 0.09)) (the normalisation cancels), to round-off
+    ratio = (density(c) / rho0.density(c)) / (density(-c) / rho0.density(-c))
+    assert abs(ratio - 10.0 / (1.0 + 9.0 * np.exp(-2.0 / 0.09))) < 1e-12
+    # its mass by a rule about another axis (e3, 20000 nodes: smooth integrand, exponential
+    # convergence; 1e-9 leaves room for the two rules' round-off and truncation)
+    rule = sp.measures.Uniform(3).quadrature(20000, axis=[0.0, 0.0, 1.0])
+    assert abs(4 * np.pi * rule.weights @ density(rule.points) - 1.0) < 1e-9
     plain, _ = settle.tail_bump(model, 1.0)
     x = rho0.sample(50, seed=1)
-    assert np.array_equal(plain(x), rho0.density(x))
+    # f = 1: rho_0 itself, divided by the rule's mass of it (1 to round-off)
+    assert np.allclose(plain(x), rho0.density(x), rtol=1e-12, atol=0)
     # c is the attention target of the dominant atom: B^T e / |B^T e|, a unit vector
     assert abs(np.linalg.norm(c) - 1.0) < 1e-14
 
