@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 from _common import OUT, table
-from low_temperature import (_density_row, _merge_atoms, _w2_bracket, initial, model_for,
+from low_temperature import (CONVERGED_FRACTION, _density_row, _merge_atoms, _w2_bracket, initial, model_for,
                              piece)
 
 import spherepde as sp
@@ -272,13 +272,15 @@ def report_b() -> str:
             err = np.abs(w - w4) + (runs[hi]["upper"] - runs[hi]["lower"])[:k]
             order = ("" if prev_err is None else
                      f"{math.log(np.max(prev_err) / np.max(err)) / math.log(4):.2f}")
-            end = agreement_end(t, w - fine["w2"][:k], err + fv_err)
+            gap = w - fine["w2"][:k]
             rows.append((f"{beta:g}", hi, float(np.max(err)), order, *[
                 float(np.interp(s, t, w)) for s in (4.0, 8.0)],
-                float(np.interp(8.0, t, fine["w2"][:k])), end))
+                float(np.interp(8.0, t, fine["w2"][:k])), agreement_end(t, gap, err + fv_err),
+                agreement_end(t, gap, CONVERGED_FRACTION * np.min(fine["w2"][:k]))))
             prev_err = err
     header = ["beta", "N", "max_t abs(W_N - W_N/4)", "order in N of that max",
-              "W_N t=4", "W_N t=8", "FV n=128 t=8", "agrees with FV until t ="]
+              "W_N t=4", "W_N t=8", "FV n=128 t=8", "agrees with FV within the summed errors "
+              "until t =", "within 5% of the FV minimum until t ="]
     return table(rows, header)
 
 
@@ -297,11 +299,32 @@ def report_c() -> str:
         for f, d in sorted(runs.items()):
             td = departure_time(d["times"], d["w2"])
             i = int(np.argmin(d["w2"]))
+            memory = [float(np.interp(t, d["times"], d["tail"]) /
+                            np.interp(t, base["times"], base["tail"])) for t in (0.0, 2.0, 4.0)]
             rows.append((f"{beta:g}", f"{f:g}", float(d["times"][i]), float(d["w2"][i]), td,
-                         td - t0, math.log(f) / rate, rate))
+                         td - t0, math.log(f) / rate, rate, *memory))
     header = ["beta", "f", "t* (output)", "min W2", "t_dep", "t_dep - t_dep(f=1)",
-              "log(f)/rate", "tail decay rate (f = 1)"]
-    return table(rows, header)
+              "log(f)/rate", "tail decay rate (f = 1)", "tail/tail(f=1) t=0", "t=2", "t=4"]
+    return table(rows, header) + "\n\n" + "\n".join(_c_fits(rows))
+
+
+def _c_fits(rows):
+    """Per beta, the least-squares slope of t_dep against log f over 1/4 <= f <= 4 (the
+    perturbations that leave Pi#rho_0 within a few percent), with its R^2, against the
+    hypothesis's +-1/rate."""
+    lines = []
+    for beta in C_BETAS:
+        sel = [(math.log(float(r[1])), r[4], r[7]) for r in rows
+               if r[0] == f"{beta:g}" and 0.25 <= float(r[1]) <= 4.0 and math.isfinite(r[4])]
+        if len(sel) < 3:
+            continue
+        x, y, rate = (np.array(v) for v in zip(*sel))
+        slope, icpt = np.polyfit(x, y, 1)
+        r2 = 1.0 - np.sum((y - (slope * x + icpt)) ** 2) / np.sum((y - y.mean()) ** 2)
+        lines.append(f"- beta = {beta:g}: d t_dep / d log f = {slope:+.4f} (R^2 = {r2:.3f}, "
+                     f"{len(x)} factors in [1/4, 4]); the hypothesis: +-1/rate = "
+                     f"{1.0 / rate[0]:.3f} ({abs(slope) * rate[0]:.2f} of it).")
+    return lines
 
 
 def write_report():
