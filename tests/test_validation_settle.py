@@ -48,3 +48,21 @@ def test_agreement_end_and_decay_rate():
     assert settle.agreement_end(t, np.zeros(6), 0.2) == 5.0
     # an exact exponential: the least-squares slope is the rate to round-off
     assert abs(settle.decay_rate(t, 3.0 * np.exp(-1.7 * t), 1.0, 5.0) - 1.7) < 1e-12
+
+
+def test_the_split_rule_gives_the_hemisphere_masses_and_the_mean_of_the_cap():
+    model = lt.model_for("E1", 16.0)
+    e = model.dominant_subspace()[:, 0]
+    cap = lt.initial()
+    cloud = settle.split_rule(cap, e, 4608)
+    assert len(cloud.weights) == 4608 and abs(cloud.weights.sum() - 1.0) < 1e-14
+    # Pi#rho_0's masses: the model's own quadrature of the cap's hemisphere mass against the
+    # rule's sums over its own half (each a Gauss rule of a smooth integrand on 24 nodes: round-off)
+    exact = model.limit_measure(cap).weights
+    ours = lt._merge_atoms(model.limit_measure(cloud)).weights
+    assert np.allclose(ours, exact, rtol=0, atol=1e-13)
+    # first moment of vMF(mu, kappa): (coth kappa - 1/kappa) mu / |mu| (closed form); the rule
+    # integrates this analytic density to round-off at 24 nodes per half
+    mu = np.asarray(lt.MEAN) / np.linalg.norm(lt.MEAN)
+    k = lt.KAPPA
+    assert np.allclose(cloud.weights @ cloud.points, (1 / np.tanh(k) - 1 / k) * mu, atol=1e-12)

@@ -130,11 +130,36 @@ def _cap_mass(measure, c, width=BUMP_WIDTH):
     return float(measure.weights[measure.points @ c >= math.cos(width)].sum())
 
 
-def particle_run(beta, n, t_end, kernel="auto", rtol=1e-5, velocity_tol=None):
-    """The W2 curve of about n tokens at the nodes of rho_0's product Gauss rule, weighted,
+def split_rule(measure, e, n: int) -> sp.PointCloud:
+    """About n weighted nodes of a product rule about the unit vector e (d = 3) whose rings
+    never straddle the great circle <x, e> = 0: Gauss–Legendre in w = <x, e> on [-1, 0] and on
+    [0, 1] separately (k nodes each), n_phi = 4k equispaced angles, k = round(sqrt(n / 8)).
+    Node weights are the density times the product weights, normalised. The mass of each
+    hemisphere {+-<x, e> > 0} is then a Gauss rule of a smooth function, exact to the rule's
+    spectral accuracy, where a rule about another axis cuts the boundary through its rings
+    (an O(1/n_theta) error in the limit's masses)."""
+    k = max(1, round(math.sqrt(n / 8)))
+    g, gw = np.polynomial.legendre.leggauss(k)
+    w = np.concatenate([(g - 1) / 2, (g + 1) / 2])  # [-1, 0] then [0, 1]
+    ww = np.concatenate([gw, gw]) / 2
+    phi = 2 * np.pi * np.arange(4 * k) / (4 * k)
+    e = np.asarray(e, float) / np.linalg.norm(e)
+    u1 = np.linalg.svd(e[None, :])[2][1]
+    u2 = np.cross(e, u1)
+    r = np.sqrt(1 - w ** 2)[:, None, None]
+    x = (w[:, None, None] * e + r * (np.cos(phi)[None, :, None] * u1
+                                     + np.sin(phi)[None, :, None] * u2)).reshape(-1, 3)
+    weights = (ww[:, None] * np.ones(phi.size)).ravel() * measure.density(x)
+    return sp.PointCloud(x, weights / weights.sum())
+
+
+def particle_run(beta, n, t_end, kernel="auto", rtol=1e-5, velocity_tol=None, init=None):
+    """The W2 curve of about n tokens at the nodes of rho_0's product Gauss rule (about its
+    mean; ``init="split"``: :func:`split_rule` about the dominant eigenvector e), weighted,
     against their own limit."""
     model = model_for("E1", beta)
-    cloud = initial().quadrature(n)
+    cloud = (initial().quadrature(n) if init is None
+             else split_rule(initial(), model.dominant_subspace()[:, 0], n))
     limit = _merge_atoms(model.limit_measure(cloud))
     rows = []
 
@@ -239,7 +264,8 @@ def report_a(beta=256.0) -> str:
         runs += [(f"  N = {n}, harmonic kernel", f"{base}_kernel=harmonic", base),
                  (f"  N = {n}, exact direct kernel", f"{base}_kernel=numba", base),
                  (f"  N = {n}, direct kernel, rtol 1e-6", f"{base}_kernel=numba_rtol=1e-06",
-                  f"{base}_kernel=numba")]
+                  f"{base}_kernel=numba"),
+                 (f"  N = {n}, rtol 1e-6", f"{base}_rtol=1e-06", base)]
     for label, name, ref in runs:
         d = _one(name)
         if d is None:
@@ -257,10 +283,29 @@ def report_a(beta=256.0) -> str:
     return table(rows, header)
 
 
-def _pairs(beta, t_end):
-    """Part B's runs at beta: {N: run} over B_TOKENS, cut to [0, t_end]."""
+def _pairs(beta, t_end, init=""):
+    """Part B's runs at beta: {N: run} over B_TOKENS (``init``: the name's suffix of another
+    start)."""
     return {n: d for n in B_TOKENS
-            if (d := _one(f"particles_beta={beta:g}_n={n}_t={t_end:g}")) is not None}
+            if (d := _one(f"particles_beta={beta:g}_n={n}_t={t_end:g}{init}")) is not None}
+
+
+GAP_TIMES = (2.0, 4.0, 6.0, 8.0, 10.0)
+
+
+def report_gaps() -> str:
+    """W_N - W_FV(n = 128) at GAP_TIMES per beta and N: how the particles approach the finite
+    volumes, time by time."""
+    rows = []
+    for beta, t_end in B_WINDOWS.items():
+        fine = study_fv(beta, 128)
+        if fine is None:
+            continue
+        for init in ("", "_init=split"):
+            for n, d in sorted(_pairs(beta, t_end, init).items()):
+                rows.append((f"{beta:g}", n, init[6:] or "mean axis",
+                             *[at(d, t) - at(fine, t) if t <= t_end else "" for t in GAP_TIMES]))
+    return table(rows, ["beta", "N", "rule", *[f"W_N - W_FV t={t:g}" for t in GAP_TIMES]])
 
 
 def report_b() -> str:
@@ -288,19 +333,29 @@ def report_b() -> str:
                 float(np.interp(8.0, t, fine["w2"][:k])), agreement_end(t, gap, err + fv_err),
                 agreement_end(t, gap, CONVERGED_FRACTION * np.min(fine["w2"][:k]))))
             prev_err = err
+    lines = []
+    for beta in B_WINDOWS:
+        for col, what in ((7, "summed errors"), (8, "5% of the FV minimum")):
+            ends = [r[col] for r in rows if r[0] == f"{beta:g}"]
+            if len(ends) >= 2:
+                steps = ", ".join(f"{b - a:+.2f}" for a, b in zip(ends, ends[1:], strict=False))
+                lines.append(f"- beta = {beta:g}, within {what}: agreement ends at t = "
+                             f"{', '.join(f'{e:g}' for e in ends)} (N = "
+                             f"{', '.join(str(r[1]) for r in rows if r[0] == f'{beta:g}')}); "
+                             f"steps per factor 4 in N: {steps}")
     header = ["beta", "N", "max_t abs(W_N - W_N/4)", "order in N of that max",
               "W_N t=4", "W_N t=8", "FV n=128 t=8", "agrees with FV within the summed errors "
               "until t =", "within 5% of the FV minimum until t ="]
-    return table(rows, header)
+    return table(rows, header) + "\n\n" + "\n".join(lines)
 
 
 def report_c() -> str:
     """Per beta and tail factor f: t*, min W2, t_dep and its shift, against log(f) / rate with
     the rate of the f = 1 run's tail mass near the attention target."""
     rows = []
-    for beta in C_BETAS:
-        runs = {f: d for f in C_FACTORS
-                if (d := _one(f"fv_beta={beta:g}_n={C_CELLS}_t=14_f={f}")) is not None}
+    for (beta, n), factors in C_RUNS.items():
+        runs = {f: d for f in factors
+                if (d := _one(f"fv_beta={beta:g}_n={n}_t=14_f={f}")) is not None}
         if 1.0 not in runs:
             continue
         base = runs[1.0]
@@ -311,9 +366,9 @@ def report_c() -> str:
             i = int(np.argmin(d["w2"]))
             memory = [float(np.interp(t, d["times"], d["tail"]) /
                             np.interp(t, base["times"], base["tail"])) for t in (0.0, 2.0, 4.0)]
-            rows.append((f"{beta:g}", f"{f:g}", float(d["times"][i]), float(d["w2"][i]), td,
+            rows.append((f"{beta:g}", n, f"{f:g}", float(d["times"][i]), float(d["w2"][i]), td,
                          td - t0, math.log(f) / rate, rate, *memory))
-    header = ["beta", "f", "t* (output)", "min W2", "t_dep", "t_dep - t_dep(f=1)",
+    header = ["beta", "n", "f", "t* (output)", "min W2", "t_dep", "t_dep - t_dep(f=1)",
               "log(f)/rate", "tail decay rate (f = 1)", "tail/tail(f=1) t=0", "t=2", "t=4"]
     return table(rows, header) + "\n\n" + "\n".join(_c_fits(rows))
 
@@ -323,15 +378,15 @@ def _c_fits(rows):
     perturbations that leave Pi#rho_0 within a few percent), with its R^2, against the
     hypothesis's +-1/rate."""
     lines = []
-    for beta in C_BETAS:
-        sel = [(math.log(float(r[1])), r[4], r[7]) for r in rows
-               if r[0] == f"{beta:g}" and 0.25 <= float(r[1]) <= 4.0 and math.isfinite(r[4])]
+    for beta, n in C_RUNS:
+        sel = [(math.log(float(r[2])), r[5], r[8]) for r in rows if r[:2] == (f"{beta:g}", n)
+               and 0.25 <= float(r[2]) <= 4.0 and math.isfinite(r[5])]
         if len(sel) < 3:
             continue
         x, y, rate = (np.array(v) for v in zip(*sel, strict=True))
         slope, icpt = np.polyfit(x, y, 1)
         r2 = 1.0 - np.sum((y - (slope * x + icpt)) ** 2) / np.sum((y - y.mean()) ** 2)
-        lines.append(f"- beta = {beta:g}: d t_dep / d log f = {slope:+.4f} (R^2 = {r2:.3f}, "
+        lines.append(f"- beta = {beta:g}, n = {n}: d t_dep / d log f = {slope:+.4f} (R^2 = {r2:.3f}, "
                      f"{len(x)} factors in [1/4, 4]); the hypothesis: +-1/rate = "
                      f"{1.0 / rate[0]:.3f} ({abs(slope) * rate[0]:.2f} of it).")
     return lines
@@ -342,6 +397,7 @@ def write_report():
         "## A. beta = 256 and 1000 before the plateau: one setting changed at a time",
         report_a(256.0), report_a(1000.0),
         "## B. Particles from quadrature starts: order in N and agreement window", report_b(),
+        report_gaps(),
         "## C. The tail at the attention target: departure against log(f)", report_c()])
     io.write_text(OUT / "settle.md", "# Settling the low-temperature curves\n\n" + body + "\n")
     print(body)
@@ -375,11 +431,14 @@ PART_A = {
     "fv32_b1000": lambda: fv(1000.0, 32, 10.0),
     "fv32_vtol_b1000": lambda: fv(1000.0, 32, 10.0, velocity_tol=1e-7),
     "fv32_macro_b1000": lambda: fv(1000.0, 32, 10.0, macro_tol=1e-4),
+    "p4k_split": lambda: particles(256.0, 4608, 10.0, init="split"),
+    "p18k_split": lambda: particles(256.0, 18432, 10.0, init="split"),
     "p4k_auto": lambda: particles(256.0, 4608, 10.0),
     "p4k_numba": lambda: particles(256.0, 4608, 10.0, kernel="numba"),
     "p4k_harmonic": lambda: particles(256.0, 4608, 10.0, kernel="harmonic"),
     "p4k_rtol": lambda: particles(256.0, 4608, 10.0, kernel="numba", rtol=1e-6),
     "p18k_auto": lambda: particles(256.0, 18432, 10.0),
+    "p18k_rtol": lambda: particles(256.0, 18432, 10.0, rtol=1e-6),
     "p18k_numba": lambda: particles(256.0, 18432, 10.0, kernel="numba"),
 }
 #: Part B's token counts (factor 4) and windows: beta = 256 to t = 10 (before its plateau; its
@@ -388,12 +447,16 @@ B_TOKENS = (288, 1152, 4608, 18432)
 B_WINDOWS = {16.0: 14.0, 64.0: 14.0, 256.0: 10.0}
 PART_B = {f"p{n}_b{b:g}": (lambda b=b, n=n: particles(b, n, B_WINDOWS[b]))
           for b in B_WINDOWS for n in B_TOKENS}
+#: the separatrix-aligned start (split_rule) at the two largest counts
+PART_B.update({f"s{n}_b{b:g}": (lambda b=b, n=n: particles(b, n, B_WINDOWS[b], init="split"))
+               for b in B_WINDOWS for n in B_TOKENS[-2:]})
 #: Part C: the tail factors, at the betas whose curves rise after their minimum within t = 14.
 C_FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)
-C_BETAS = (16.0, 64.0)
-C_CELLS = 32
-PART_C = {f"c_b{b:g}_f{f:g}": (lambda b=b, f=f: fv(b, C_CELLS, 14.0, f=f))
-          for b in C_BETAS for f in C_FACTORS}
+#: (beta, cells) of part C: n = 32 for all factors; n = 64 at beta = 64 for three of them, to
+#: check that the slope of t_dep against log f is resolved.
+C_RUNS = {(16.0, 32): C_FACTORS, (64.0, 32): C_FACTORS, (64.0, 64): (0.25, 1.0, 4.0)}
+PART_C = {f"c_b{b:g}_n{n}_f{f:g}": (lambda b=b, n=n, f=f: fv(b, n, 14.0, f=f))
+          for (b, n), factors in C_RUNS.items() for f in factors}
 
 if __name__ == "__main__":
     sys.exit(main())
