@@ -386,8 +386,8 @@ def _c_fits(rows):
         x, y, rate = (np.array(v) for v in zip(*sel, strict=True))
         slope, icpt = np.polyfit(x, y, 1)
         r2 = 1.0 - np.sum((y - (slope * x + icpt)) ** 2) / np.sum((y - y.mean()) ** 2)
-        lines.append(f"- beta = {beta:g}, n = {n}: d t_dep / d log f = {slope:+.4f} (R^2 = {r2:.3f}, "
-                     f"{len(x)} factors in [1/4, 4]); the hypothesis: +-1/rate = "
+        lines.append(f"- beta = {beta:g}, n = {n}: d t_dep / d log f = {slope:+.4f} "
+                     f"(R^2 = {r2:.3f}, {len(x)} factors in [1/4, 4]); the hypothesis: +-1/rate = "
                      f"{1.0 / rate[0]:.3f} ({abs(slope) * rate[0]:.2f} of it).")
     return lines
 
