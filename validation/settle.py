@@ -279,7 +279,7 @@ def report_a(beta=256.0) -> str:
         rows.append((label, *[at(d, t) for t in A_TIMES], effect,
                      f"{float(d['cpu_seconds']):.0f}"))
     header = [f"run (beta = {b}, E1)", *[f"W2 t={t:g}" for t in A_TIMES],
-              "max abs change vs the row above it without the setting", "CPU s"]
+              "max abs change vs the default run at its resolution", "CPU s"]
     return table(rows, header)
 
 
@@ -396,8 +396,21 @@ def _c_fits(rows):
     return lines
 
 
+INTRO = """Dim E = 1 scenario of the low-temperature study (`validation/low_temperature.py`:
+`model_for("E1", beta)`, rho_0 its von Mises-Fisher cap). W2 is W2(rho_t, Pi#rho_0); the
+particles' is against their own limit Pi#mu^N_0. The finite-volume reference is the study's
+committed n = 128 piece, with error |W_128 - W_64| (plus its W2 bracket). Particles start at
+the weighted nodes of a product Gauss rule: about the cap's mean (`quadrature(n)`, "mean axis")
+or `split_rule` about the dominant eigenvector e (Gauss nodes on each hemisphere separately:
+Pi#rho_0's masses exact). A particle curve's error is |W_N - W_N/4| (plus its bracket); "order
+in N" is log4 of the ratio of successive maxima over the window. t_dep: the first time after
+the minimum where W2 is 5% above it. Part C starts from rho_0 (1 + (f - 1) b), b = exp(-(1 -
+<x, c>) / 0.3^2) at the attention target c = B^T e / |B^T e|, renormalised; "tail" is the mass
+within 0.3 rad of c; the rate is the f = 1 tail's exponential decay rate over [1, t_dep]."""
+
+
 def write_report():
-    body = "\n\n".join([
+    body = "\n\n".join([INTRO,
         "## A. beta = 256 and 1000 before the plateau: one setting changed at a time",
         report_a(256.0), report_a(1000.0),
         "## B. Particles from quadrature starts: order in N and agreement window", report_b(),
