@@ -259,6 +259,9 @@ def report_a(beta=256.0) -> str:
                  (f"  n = {n}, per-stage velocity", f"{base}_stepping=per-stage", base)]
     for n in (288, 1152, 4608, 18432):
         runs.append((f"particles N = {n} (kernel auto)", f"particles_beta={b}_n={n}_t=10", ""))
+    for n in (1152, 4608, 18432):
+        runs.append((f"particles N = {n} (split rule)", f"particles_beta={b}_n={n}_t=10_init=split",
+                     ""))
     for n in (4608, 18432):
         base = f"particles_beta={b}_n={n}_t=10"
         runs += [(f"  N = {n}, harmonic kernel", f"{base}_kernel=harmonic", base),
@@ -450,6 +453,9 @@ PART_A = {
     "fv32_macro_b1000": lambda: fv(1000.0, 32, 10.0, macro_tol=1e-4),
     "p4k_split": lambda: particles(256.0, 4608, 10.0, init="split"),
     "p18k_split": lambda: particles(256.0, 18432, 10.0, init="split"),
+    "s1152_b1000": lambda: particles(1000.0, 1152, 10.0, init="split"),
+    "s4608_b1000": lambda: particles(1000.0, 4608, 10.0, init="split"),
+    "s18432_b1000": lambda: particles(1000.0, 18432, 10.0, init="split"),
     "p4k_auto": lambda: particles(256.0, 4608, 10.0),
     "p4k_numba": lambda: particles(256.0, 4608, 10.0, kernel="numba"),
     "p4k_harmonic": lambda: particles(256.0, 4608, 10.0, kernel="harmonic"),
