@@ -64,6 +64,9 @@ AUTO_CHEBYSHEV_SHARE = 0.5
 #: ... and when no kernel value falls below e^-660 of its row's largest (no flushed entries)
 AUTO_CHEBYSHEV_MAX_RANGE = 660.0
 
+#: field="chebyshev": bytes per cell of its stencils and their temporaries (memory check)
+STENCIL_BYTES_PER_CELL = 64.0 * CHEBYSHEV_ORDER
+
 #: How the finite-beta field is evaluated: name -> class (model, axis, faces, cells).
 FIELDS = Registry("zonal field")
 FIELDS.register("table", ZonalField)
@@ -270,13 +273,17 @@ class ZonalSolver(DensitySolver):
             field = ("chebyshev" if nodes <= AUTO_CHEBYSHEV_SHARE * self.n
                      and spread <= AUTO_CHEBYSHEV_MAX_RANGE else "table")
         FIELDS.get(field)
-        size = 24.0 * (self.n - 1) * self.n if field == "table" else 24.0 * nodes ** 2
+        # the interpolant: its node tables, and per cell and face 16 stencil entries (index
+        # and weight) with their construction's temporaries, about 1 kB a cell
+        size = (24.0 * (self.n - 1) * self.n if field == "table"
+                else 24.0 * nodes ** 2 + STENCIL_BYTES_PER_CELL * self.n)
         if size > MAX_TABLE_BYTES:
+            cheb_max = max(0, int((MAX_TABLE_BYTES - 24.0 * nodes ** 2) / STENCIL_BYTES_PER_CELL))
             raise ValueError(f"the {field!r} field needs {size / 1e9:.1f} GB of kernel tables "
                              f"(limit {MAX_TABLE_BYTES / 1e9:.1f} GB) at n = {self.n} cells, "
-                             f"beta = {self.model.beta:g}: use n <= "
-                             f"{int(np.sqrt(MAX_TABLE_BYTES / 24))} with field='table', or "
-                             f"field='chebyshev' where its {nodes} nodes fit")
+                             f"beta = {self.model.beta:g}: field='table' allows n <= "
+                             f"{int(np.sqrt(MAX_TABLE_BYTES / 24))}, field='chebyshev' "
+                             f"({nodes} nodes here) n <= {cheb_max}; use fewer cells")
         return field
 
     solution_class = None  # set below
