@@ -11,7 +11,14 @@ from scipy import linalg, special
 
 import spherepde as sp
 from spherepde.density.zonal import log_cell_measures
-from spherepde.interaction.zonal import ZonalField, log_mean_exp, mean_ratio
+from spherepde.interaction.zonal import (
+    ChebyshevZonalField,
+    ZonalField,
+    chebyshev_nodes,
+    lagrange_stencils,
+    log_mean_exp,
+    mean_ratio,
+)
 from spherepde.sphere import log_sphere_area
 
 
@@ -367,3 +374,76 @@ def test_d2_against_the_fourier_solver():
     # and the remainder is the zonal solver's own (second order: its n = 400 error is about
     # err_zonal/3; the Fourier error decays geometrically in K, far below at K = 32)
     assert l1(marginal(four[32]), zon[400].masses[1]) < 2 * err_zonal
+
+
+# ---------------------------------------------------------------- the interpolated field
+@pytest.mark.parametrize("d", [3, 64, 512])
+@pytest.mark.parametrize("beta,normalized", [(16.0, True), (64.0, True), (16.0, False)])
+def test_chebyshev_field_equals_the_table(d, beta, normalized):
+    model = sp.Model(Q=axial(d, 1.3, 0.8), V=axial(d, 0.7, -0.4), beta=beta, d=d,
+                     normalized=normalized)
+    edges = np.linspace(0.0, np.pi, 301)
+    theta, faces = 0.5 * (edges[1:] + edges[:-1]), edges[1:-1]
+    masses = np.exp(-2 * d * (theta - 1.0) ** 2) * np.sin(theta) ** 2 + 1e-3
+    masses /= masses.sum()
+    ref = ZonalField(model, np.eye(d)[0], faces, theta).speed(masses)
+    fast = ChebyshevZonalField(model, np.eye(d)[0], faces, theta).speed(masses)
+    # the order-16 interpolant on bins of width 4/(beta(|b1|+|b2|)) is exact to ~1e-14 of the
+    # largest speed (measured 1.5e-14 over d = 3..512, beta <= 64): 1e-12 leaves round-off room
+    assert np.abs(fast - ref).max() <= 1e-12 * np.abs(ref).max()
+    # a coarser interpolant (order 8) misses by ~1e-8: the comparison sees the interpolation
+    coarse = ChebyshevZonalField(model, np.eye(d)[0], faces, theta, order=8).speed(masses)
+    assert np.abs(coarse - ref).max() > 1e-11 * np.abs(ref).max()
+
+
+def test_lagrange_stencils_reproduce_polynomials():
+    bins, order = 5, 6
+    x = np.linspace(0.0, np.pi, 97)
+    nodes = chebyshev_nodes(bins, order)
+    idx, w = lagrange_stencils(x, bins, order)
+    for k in range(order):  # degree < order: exact up to round-off of O(1) values
+        assert np.allclose(np.sum(w * nodes[idx] ** k, axis=1), x ** k, rtol=1e-12, atol=1e-12)
+    i2, w2n = lagrange_stencils(nodes, bins, order)  # at the nodes: the identity, up to the
+    top = np.argmax(w2n, axis=1)  # round-off of recomputing a node's position in its bin
+    assert np.array_equal(i2[np.arange(nodes.size), top], np.arange(nodes.size))
+    assert np.allclose(w2n, np.eye(order)[top], atol=1e-13)
+
+
+def test_auto_field_and_multirate_solve():
+    d = 8
+    e = np.eye(d)
+    model = sp.Model(V=axial(d, 1.0, 0.6), beta=16.0, d=d)
+    rho0 = sp.measures.Mixture([sp.measures.VonMisesFisher(e[0], 3.0), sp.measures.VonMisesFisher(
+        -e[0], 1.0)], [0.5, 0.5])
+    # N = 16 nodes per bin of width 4/(beta(|b1| + |b2|)) = 1/8: 16·ceil(8 pi) = 416 nodes
+    assert sp.ZonalSolver(model, 400).field_name == "table"  # N > n/2
+    assert sp.ZonalSolver(model, 1000).field_name == "chebyshev"
+    big = sp.ZonalSolver(model, 10_000, stepping="multirate")
+    assert big.field_name == "chebyshev" and big.field.nodes == 416
+    times = np.linspace(0.0, 4.0, 3)
+    ref = sp.ZonalSolver(model, 400, field="table").solve(rho0, times)
+    p = (np.arange(4000) + 0.5) / 4000
+    errs = []
+    for tol in (1e-3, 1e-4):
+        sol = sp.ZonalSolver(model, 400, stepping="multirate", macro_tol=tol).solve(rho0, times)
+        assert np.all(np.abs(sol.masses.sum(axis=1) - 1) < 1e-13)  # round-off of 400 cells
+        assert sol.masses.min() >= 0
+        errs.append(w2(marginal_quantiles(sol.theta_edges, sol.masses[-1], p),
+                       marginal_quantiles(ref.theta_edges, ref.masses[-1], p)))
+    # the macro steps' error is first order in macro_tol (the defect is a local error per
+    # step and the steps grow as macro_tol^-1/2): tenfold smaller tol, at least 5x smaller
+    assert errs[1] < errs[0] / 5 and errs[1] < 2e-3 * 0.5, errs
+    cheb = sp.ZonalSolver(model, 400, field="chebyshev", stepping="multirate").solve(rho0, times)
+    tab = sp.ZonalSolver(model, 400, field="table", stepping="multirate").solve(rho0, times)
+    # the same steps with fields equal to ~1e-14: the masses agree to round-off
+    assert np.abs(cheb.masses - tab.masses).max() < 1e-12
+
+
+def test_unknown_field_and_stepping_are_refused():
+    model = sp.Model(beta=2.0, d=8)
+    with pytest.raises(ValueError, match="zonal field"):
+        sp.ZonalSolver(model, 50, field="fmm")
+    with pytest.raises(ValueError, match="zonal time stepping"):
+        sp.ZonalSolver(model, 50, stepping="rk45")
+    with pytest.raises(ValueError, match="GB of kernel tables"):
+        sp.ZonalSolver(model, 9000, field="table")

@@ -24,8 +24,16 @@ from numba import njit
 from scipy import special
 
 from .. import timestepping
-from ..interaction.zonal import ZonalField, axial_coefficients, zero_temperature_speed
+from ..interaction.zonal import (
+    CHEBYSHEV_ORDER,
+    ChebyshevZonalField,
+    ZonalField,
+    axial_coefficients,
+    chebyshev_bins,
+    zero_temperature_speed,
+)
 from ..measures import Measure, PointCloud
+from ..registry import Registry
 from ..sphere import log_sphere_area
 from .base import (
     MASS_RTOL,
@@ -35,7 +43,7 @@ from .base import (
     density_callable,
 )
 
-__all__ = ["ZonalSolution", "ZonalSolver"]
+__all__ = ["ZonalSolution", "ZonalSolver", "FIELDS", "STEPPINGS"]
 
 #: the time-stepping schemes that are convex combinations of forward-Euler steps (positivity)
 SSP_SCHEMES = ("euler", "heun", "ssprk3")
@@ -47,6 +55,22 @@ QUADRATURE_ORDER = 8
 _TINY_MASS = 1e-300
 #: relative difference of rho0 between two directions of e^perp that counts as non-zonal
 ZONAL_RTOL = 1e-8
+#: multirate stepping: the default macro_tol (the velocity's relative change per macro step);
+#: the W2 error it leaves grows linearly with it (1.5e-4 at 1e-4 by t = 4, d = 8, β = 16),
+#: below the spatial error of n = 400 cells there (docs/methods.md)
+DEFAULT_MACRO_TOL = 1e-4
+#: field="auto" interpolates (Chebyshev) when its nodes are at most this share of the cells
+AUTO_CHEBYSHEV_SHARE = 0.5
+#: ... and when no kernel value falls below e^-660 of its row's largest (no flushed entries)
+AUTO_CHEBYSHEV_MAX_RANGE = 660.0
+
+#: field="chebyshev": bytes per cell of its stencils and their temporaries (memory check)
+STENCIL_BYTES_PER_CELL = 64.0 * CHEBYSHEV_ORDER
+
+#: How the finite-beta field is evaluated: name -> class (model, axis, faces, cells).
+FIELDS = Registry("zonal field")
+FIELDS.register("table", ZonalField)
+FIELDS.register("chebyshev", ChebyshevZonalField)
 
 
 @njit(cache=True, inline="always")
@@ -177,10 +201,16 @@ class ZonalSolver(DensitySolver):
         dt·r <= cfl with r the largest cell outflow rate (cfl <= 1 keeps masses >= 0).
     mass_rtol : float
         rho0 must integrate to 1 within this.
+    field : "auto" (default), "table" or "chebyshev" (:data:`FIELDS`)
+        "table": the kernels tabulated faces × cells, 3·(n−1)·n doubles and as many Bessel
+        evaluations, a step three matrix-vector products (n <= 7905). "chebyshev": their
+        tensor Chebyshev interpolant on N ≈ 12.6 β(|b1|+|b2|) nodes (3N² doubles, O(n) work
+        per cell count), equal to the table to ~1e-14. "auto": "chebyshev" when N <= n/2.
+    stepping : "per-stage" (default) or "multirate" (:data:`STEPPINGS`)
+        "multirate" evaluates the field once per macro step (length set by ``macro_tol``)
+        and moves the masses by positive substeps in between: the choice for many cells.
 
-    The finite-β field is tabulated once: 3·(n−1)·n doubles and as many Bessel evaluations;
-    each step is then three matrix-vector products. At β = ∞ the field is local and a step is
-    O(n).
+    At β = ∞ the field is local and a step is O(n).
 
     Examples
     --------
@@ -192,10 +222,12 @@ class ZonalSolver(DensitySolver):
     """
 
     needs_model = True
-    setting_names = ("n", "quadrature_order")
+    setting_names = ("n", "quadrature_order", "field_name")
+    time_setting_names = ("scheme", "cfl", "stepping", "macro_tol")
 
     def __init__(self, model, n: int, axis=None, *, scheme="ssprk3", cfl=0.9,
-                 mass_rtol=MASS_RTOL, max_steps: int = 10_000_000):
+                 mass_rtol=MASS_RTOL, max_steps: int = 10_000_000, field="auto",
+                 stepping="per-stage", macro_tol=DEFAULT_MACRO_TOL):
         super().__init__(model, scheme=scheme, cfl=cfl, mass_rtol=mass_rtol)
         if scheme not in SSP_SCHEMES:
             raise ValueError(f"ZonalSolver keeps cell masses >= 0 only with the SSP schemes "
@@ -207,16 +239,16 @@ class ZonalSolver(DensitySolver):
         if model.hardmax:
             raise ValueError("hardmax acts on discrete measures; the zonal solver evolves a "
                              "density: use Model(hardmax=False) (beta = inf gives X_inf)")
+        STEPPINGS.get(stepping)  # an unknown name fails here, listing the choices
+        if not (isinstance(macro_tol, (int, float)) and 0.0 < macro_tol < 1.0):
+            raise ValueError(f"macro_tol must be a number in (0, 1) (the velocity's relative "
+                             f"change a macro step may leave unresolved); got {macro_tol!r}")
+        self.stepping, self.macro_tol = stepping, float(macro_tol)
         self.n, self.d = int(n), model.d
         self.axis = _unit_axis(axis, self.d)
         self.coefficients_axial = axial_coefficients(model, self.axis)
         self.quadrature_order = QUADRATURE_ORDER
         self.max_steps = int(max_steps)
-        if not model.zero_temperature and 24.0 * (self.n - 1) * self.n > MAX_TABLE_BYTES:
-            raise ValueError(f"n = {n} cells at finite beta needs "
-                             f"{24.0 * (self.n - 1) * self.n / 1e9:.1f} GB of kernel tables "
-                             f"(limit {MAX_TABLE_BYTES / 1e9:.1f} GB); use "
-                             f"n <= {int(np.sqrt(MAX_TABLE_BYTES / 24))}")
         self.edges = np.linspace(0.0, np.pi, self.n + 1)
         self.theta = 0.5 * (self.edges[1:] + self.edges[:-1])
         self.h = np.pi / self.n
@@ -226,8 +258,33 @@ class ZonalSolver(DensitySolver):
             self.field = None
             self._fixed_speed = zero_temperature_speed(faces, *self.coefficients_axial)
         else:
-            self.field = ZonalField(model, self.axis, faces, self.theta)
+            self.field_name = self._choose_field(field)
+            self.field = FIELDS.get(self.field_name)(model, self.axis, faces, self.theta)
             self._fixed_speed = None
+
+    def _choose_field(self, field) -> str:
+        """The field's name: ``field`` itself, or for "auto" the Chebyshev interpolation when
+        its N nodes are at most half the cells and no kernel entry is flushed, else the
+        table; a table beyond MAX_TABLE_BYTES is refused."""
+        b1, b2, _, _ = self.coefficients_axial
+        nodes = CHEBYSHEV_ORDER * chebyshev_bins(self.model, self.axis)
+        if field == "auto":
+            spread = self.model.beta * (2 * abs(b1) + abs(b2))
+            field = ("chebyshev" if nodes <= AUTO_CHEBYSHEV_SHARE * self.n
+                     and spread <= AUTO_CHEBYSHEV_MAX_RANGE else "table")
+        FIELDS.get(field)
+        # the interpolant: its node tables, and per cell and face 16 stencil entries (index
+        # and weight) with their construction's temporaries, about 1 kB a cell
+        size = (24.0 * (self.n - 1) * self.n if field == "table"
+                else 24.0 * nodes ** 2 + STENCIL_BYTES_PER_CELL * self.n)
+        if size > MAX_TABLE_BYTES:
+            cheb_max = max(0, int((MAX_TABLE_BYTES - 24.0 * nodes ** 2) / STENCIL_BYTES_PER_CELL))
+            raise ValueError(f"the {field!r} field needs {size / 1e9:.1f} GB of kernel tables "
+                             f"(limit {MAX_TABLE_BYTES / 1e9:.1f} GB) at n = {self.n} cells, "
+                             f"beta = {self.model.beta:g}: field='table' allows n <= "
+                             f"{int(np.sqrt(MAX_TABLE_BYTES / 24))}, field='chebyshev' "
+                             f"({nodes} nodes here) n <= {cheb_max}; use fewer cells")
+        return field
 
     solution_class = None  # set below
 
@@ -287,16 +344,49 @@ class ZonalSolver(DensitySolver):
 
     # ------------------------------------------------------------------ time stepping
     def integrate(self, f, y0, times, callback, progress, stats, dt_max=None) -> None:
-        """Positivity step control through the one time driver,
-        :func:`spherepde.timestepping.march` with
-        :class:`~spherepde.timestepping.PositivityRate`: dt = cfl/r with r the largest cell
-        outflow rate, re-taken with cfl/r' when a later stage's rate r' is larger; outputs are
-        landed on exactly. ``f`` and ``dt_max`` are not used (the control needs the rate that
-        :meth:`tendency` returns with dm/dt)."""
-        controller = timestepping.PositivityRate(self.tendency,
-                                                 timestepping.get_scheme(self.scheme), self.cfl)
+        """The step control of :attr:`stepping` (:data:`STEPPINGS`) through the one time
+        driver, :func:`spherepde.timestepping.march`; outputs are landed on exactly. ``f`` and
+        ``dt_max`` are not used (the positivity control needs the rate that :meth:`tendency`
+        returns with dm/dt)."""
+        name = "per-stage" if self.field is None else self.stepping  # β = ∞: a fixed field
+        controller = STEPPINGS.get(name)(self)
         timestepping.march(controller, y0, times, callback=callback, progress=progress,
                            keep=lambda i: False, stats=stats, max_steps=self.max_steps)
+
+    def per_stage_controller(self) -> timestepping.PositivityRate:
+        """The field at every stage; dt = cfl/r with r the largest cell outflow rate, re-taken
+        with cfl/r' when a later stage's rate r' is larger
+        (:class:`~spherepde.timestepping.PositivityRate`)."""
+        return timestepping.PositivityRate(self.tendency, timestepping.get_scheme(self.scheme),
+                                           self.cfl)
+
+    def multirate_controller(self) -> timestepping.Multirate:
+        """The field once per macro step (its length set by ``macro_tol``), the transport
+        substepped inside under the positivity bound with the face speeds extrapolated
+        linearly in time (:class:`spherepde.timestepping.Multirate`)."""
+        tab = timestepping.get_scheme(self.scheme)
+        h, geometry = self.h, self._geometry
+
+        def substeps(u_of):
+            return timestepping.PositivityRate(
+                lambda s, m: muscl_tendency(np.ascontiguousarray(m), u_of(s), h, geometry),
+                tab, self.cfl)
+
+        return timestepping.Multirate(lambda t, m: self.face_speed(m), substeps,
+                                      self.speed_defect, self.macro_tol,
+                                      max_substeps=self.max_steps)
+
+    @staticmethod
+    def speed_defect(u, u_ref, masses) -> float:
+        r"""The mass-weighted RMS of u − u_ref at the faces relative to that of u,
+        :math:`(\sum_f w_f (u_f - u^{ref}_f)^2 / \sum_f w_f u_f^2)^{1/2}` with w_f the mass of
+        the face's two cells: the relative rate at which W2 between the two flows can grow."""
+        w = masses[:-1] + masses[1:]
+        norm2 = float(np.sum(w * u * u))
+        diff2 = float(np.sum(w * (u - u_ref) ** 2))
+        if norm2 == 0.0:
+            return 0.0 if diff2 == 0.0 else np.inf
+        return float(np.sqrt(diff2 / norm2))
 
     def step_hint(self) -> str:
         return f"Refine the cells in theta (n = {self.n})"
@@ -433,3 +523,8 @@ class ZonalSolution(DensitySolution):
 
 
 ZonalSolver.solution_class = ZonalSolution
+
+#: How a ZonalSolver steps in time at finite β: name -> controller factory of the solver.
+STEPPINGS = Registry("zonal time stepping")
+STEPPINGS.register("per-stage", ZonalSolver.per_stage_controller)
+STEPPINGS.register("multirate", ZonalSolver.multirate_controller)
