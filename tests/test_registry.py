@@ -38,6 +38,11 @@ def test_registry_loads_a_module_on_first_use_and_reports_what_is_missing(monkey
     with pytest.raises(ValueError, match=r"unknown or unavailable widget 'nope'.*\['lazy', "
                                          r"'needs_lib'\]"):
         r.get("nope")
+    # check: a declared name passes whether or not it loads; another lists the declared ones
+    assert r.check("needs_lib") == "needs_lib"
+    with pytest.raises(ValueError, match=r"unknown widget 'nope'; choose one of \['lazy', "
+                                         r"'needs_lib'\]"):
+        r.check("nope")
 
 
 def test_a_registered_kernel_is_used_by_name():

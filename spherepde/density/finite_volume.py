@@ -216,8 +216,7 @@ def _check_common(scheme_name, cfl, limiter):
     if not (isinstance(cfl, (int, float)) and math.isfinite(cfl) and cfl > 0):
         raise ValueError(f"cfl must be a finite number > 0 (<= 1 keeps the density >= 0); "
                          f"got {cfl!r}")
-    if limiter not in LIMITERS:
-        raise ValueError(f"unknown limiter {limiter!r}; choose one of {sorted(LIMITERS.names())}")
+    LIMITERS.check(limiter)
 
 
 class _CellMassSolver(DensitySolver):

@@ -337,12 +337,8 @@ class FiniteVolumeScheme:
             _check_resolution(int(n), reconstruction)
         if not isinstance(mesh, CubedSphere):
             mesh = CubedSphere(mesh)
-        if limiter not in LIMITERS:
-            raise ValueError(f"unknown limiter {limiter!r}; choose one of "
-                             f"{sorted(LIMITERS.names())}")
-        if reconstruction not in RECONSTRUCTIONS:
-            raise ValueError(f"unknown reconstruction {reconstruction!r}; choose one of "
-                             f"{RECONSTRUCTIONS.names()}")
+        LIMITERS.check(limiter)
+        RECONSTRUCTIONS.check(reconstruction)
         self.mesh = m = mesh
         self.limiter = limiter
         self.reconstruction = reconstruction
