@@ -1,5 +1,8 @@
 """Units a reader can hold in their head: no function of the package over MAX_LINES lines, and
-no numba function with more than MAX_POSITIONAL positional arguments.
+no numba function with more than MAX_POSITIONAL positional arguments. And constants that numba
+compiles in are marked as such: a module constant read as a global by a numba function (or in
+its decorator) is frozen into the machine code and its on-disk cache, so rebinding it would
+change what Python sees but not what runs; every such constant is annotated ``Final``.
 
 A function's length is its body's, docstring included (from its first statement to its last
 line). A numba inner loop may be longer when splitting it would cost speed (a call that numba
@@ -7,6 +10,7 @@ does not inline, or state that has to live in registers): it then carries a comm
 lines right above its decorators, that says why. Many arguments of a numba function are grouped
 into namedtuples or structured arrays, which numba takes as one argument each."""
 import ast
+import re
 from pathlib import Path
 
 import spherepde
@@ -70,6 +74,31 @@ def scan(source: str, name: str = "<source>"):
     return long, wide
 
 
+_CONSTANT = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
+
+
+def compiled_constants(source: str):
+    """(name, Final or not) of the module-level UPPER_CASE constants of ``source`` that a numba
+    function reads (in its body or its decorator)."""
+    tree = ast.parse(source)
+    final = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and _CONSTANT.match(t.id):
+                    final[t.id] = False
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and _CONSTANT.match(node.target.id):
+            final[node.target.id] = "Final" in ast.unparse(node.annotation)
+    by_assignment = _jitted_by_assignment(tree)
+    read = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and (
+                any(_is_jit(d) for d in node.decorator_list) or node.name in by_assignment):
+            read |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in final}
+    return sorted((name, final[name]) for name in read)
+
+
 def _package():
     long, wide = [], []
     for path in sorted(ROOT.rglob("*.py")):
@@ -116,3 +145,18 @@ def test_no_function_too_long():
 def test_no_numba_function_with_too_many_arguments():
     _, wide = _package()
     assert wide == [], f"group these arguments (namedtuple, structured array): {wide}"
+
+
+def test_scan_sees_compiled_constants():
+    source = ("from typing import Final\nA = 1\nB: Final = 2\nC = 3\nFLAGS = {'nnan'}\n"
+              "@njit(fastmath=FLAGS)\ndef f(x):\n    return x + A + B\n"
+              "def g(x):\n    return C\n")
+    assert compiled_constants(source) == [("A", False), ("B", True), ("FLAGS", False)]
+
+
+def test_constants_compiled_into_numba_are_final():
+    plain = []
+    for path in sorted(ROOT.rglob("*.py")):
+        plain += [f"{path.relative_to(ROOT.parent)}: {name}" for name, final in
+                  compiled_constants(path.read_text(encoding="utf-8")) if not final]
+    assert plain == [], f"read by numba code, so annotate them Final: {plain}"

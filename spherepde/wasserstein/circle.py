@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Final
 
 import numba as nb
 import numpy as np
@@ -47,7 +48,7 @@ from .result import bracket_result, reject_options
 
 __all__ = ["w2_circle", "great_circle_plane", "CIRCLE_PLANE_ATOL"]
 
-TWO_PI = 2.0 * np.pi
+TWO_PI: Final = 2.0 * np.pi  # also read by the numba kernels (compile-time)
 #: A side counts as lying on a great circle when every point is within this distance of a
 #: plane through 0 (round-off of a projection and normalisation is ~1e-16).
 CIRCLE_PLANE_ATOL = 1e-9

@@ -29,6 +29,7 @@ the round-off of one cost.
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import Final
 
 import numba as nb
 import numpy as np
@@ -37,8 +38,8 @@ __all__ = ["ConeTree"]
 
 #: Points per leaf.
 LEAF = 16
-#: Relative round-off margin of every pruning test.
-_MARGIN = 1e-12
+#: Relative round-off margin of every pruning test (compile-time: read by the numba bound).
+_MARGIN: Final = 1e-12
 
 #: The fitted tree as one argument of the numba searches (numba takes a namedtuple of arrays
 #: as one argument): the points P in tree order and the potential f on them, the nodes'
