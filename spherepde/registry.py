@@ -121,6 +121,13 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         return name in self._order
 
+    def check(self, name: str) -> str:
+        """``name`` when it is declared (installed or not), else a ValueError that lists the
+        declared names: for checking an argument before anything is built from it."""
+        if name not in self:
+            raise ValueError(f"unknown {self.kind} {name!r}; choose one of {sorted(self.names())}")
+        return name
+
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"
 

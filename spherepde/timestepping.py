@@ -111,11 +111,7 @@ def register(name: str, order: int, a, b, c=None, b_hat=None, err_order=None) ->
 
 def get_scheme(name: str) -> Tableau:
     """The tableau registered as ``name`` (ValueError listing the registered ones)."""
-    try:
-        return SCHEMES.get(name)
-    except (ValueError, TypeError):
-        raise ValueError(f"unknown time-stepping scheme {name!r}; registered: "
-                         f"{sorted(SCHEMES.names())}") from None
+    return SCHEMES.get(SCHEMES.check(name))
 
 
 register("euler", 1, [[0.0]], [1.0])
@@ -159,11 +155,7 @@ ERROR_NORMS.register("rms", _rms_norm)
 
 def get_error_norm(name: str) -> Callable:
     """The error norm registered as ``name`` (ValueError listing the registered ones)."""
-    try:
-        return ERROR_NORMS.get(name)
-    except (ValueError, TypeError):
-        raise ValueError(f"unknown error norm {name!r}; choose one of "
-                         f"{sorted(ERROR_NORMS.names())}") from None
+    return ERROR_NORMS.get(ERROR_NORMS.check(name))
 
 
 def _add(y, dy):

@@ -204,6 +204,24 @@ def test_kernel_contract_and_errors():
         HarmonicField(B, V, np.inf)
 
 
+def test_tuning_sets_the_chebyshev_cap_and_the_memory_model():
+    from spherepde.interaction.options import HarmonicTuning
+
+    B, V = matrices(3, "general")
+    field = HarmonicField(B, V, 40.0)
+    assert field.n_terms > 8  # the expansion in kappa needs more than the first 8 terms here
+    capped = HarmonicField(B, V, 40.0, tuning=HarmonicTuning(max_chebyshev_terms=8))
+    assert capped.n_terms <= 8
+    # the memory model: need = bytes_per_degree2 (L + 1)^2 against max_memory; a budget 1.5
+    # times the default estimate passes, and doubling the bytes per degree^2 exceeds it
+    per_degree2 = HarmonicTuning().bytes_per_degree2
+    budget = 1.5 * per_degree2 * (field.degree + 1) ** 2
+    assert HarmonicField(B, V, 40.0, max_memory=budget).degree == field.degree
+    with pytest.raises(MemoryError, match="GiB allowed"):
+        HarmonicField(B, V, 40.0, max_memory=budget,
+                      tuning=HarmonicTuning(bytes_per_degree2=2 * per_degree2))
+
+
 def test_model_velocity_with_harmonic_kernel_for_a_general_B():
     import spherepde as sp
 

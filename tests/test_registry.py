@@ -38,6 +38,11 @@ def test_registry_loads_a_module_on_first_use_and_reports_what_is_missing(monkey
     with pytest.raises(ValueError, match=r"unknown or unavailable widget 'nope'.*\['lazy', "
                                          r"'needs_lib'\]"):
         r.get("nope")
+    # check: a declared name passes whether or not it loads; another lists the declared ones
+    assert r.check("needs_lib") == "needs_lib"
+    with pytest.raises(ValueError, match=r"unknown widget 'nope'; choose one of \['lazy', "
+                                         r"'needs_lib'\]"):
+        r.check("nope")
 
 
 def test_a_registered_kernel_is_used_by_name():
@@ -83,6 +88,28 @@ def test_public_names_are_listed_and_importable():
         assert hasattr(sp, name), f"{name} is listed in spherepde.__all__ but missing"
     with pytest.raises(AttributeError, match="no attribute 'spectral'"):
         _ = sp.spectral
+
+
+def test_finite_volumes_choose_their_velocity_operator_from_a_registry(monkeypatch):
+    from spherepde.density import finite_volume as fv
+
+    assert isinstance(fv.OPERATORS, Registry)
+    assert fv.OPERATORS.names() == ["direct", "harmonic", "zero_temperature"]
+    model = sp.Model(beta=1.0)
+    assert sp.FiniteVolumeSolver(model, 4).operator.name == "direct"  # auto: n <= DIRECT_MAX_N
+    n = fv.DIRECT_MAX_N + 1
+    assert sp.FiniteVolumeSolver(model, n).operator.name == "harmonic"
+    with pytest.raises(ValueError, match=r"unknown velocity path 'nope'; .*installed here: "
+                                         r"\['direct', 'harmonic', 'zero_temperature'\]"):
+        sp.FiniteVolumeSolver(model, 4, path="nope")
+    # without the harmonic field's library: auto falls back to direct quadrature, and asking
+    # for it by name says what is installed
+    monkeypatch.setitem(sys.modules, "spherepde.interaction.harmonic", None)
+    assert fv.OPERATORS.available() == ["direct", "zero_temperature"]
+    assert sp.FiniteVolumeSolver(model, n).operator.name == "direct"
+    with pytest.raises(ImportError, match=r"'harmonic' is not installed .*available: "
+                                          r"\['direct', 'zero_temperature'\]"):
+        sp.FiniteVolumeSolver(model, 4, path="harmonic")
 
 
 def test_density_solvers_choose_their_velocity_operator_from_a_registry():

@@ -209,7 +209,7 @@ def test_schemes_and_norms_are_registries_listing_what_is_installed():
 
     assert isinstance(ts.SCHEMES, Registry) and isinstance(ts.ERROR_NORMS, Registry)
     assert {"euler", "heun", "ssprk3", "rk4", "dopri5"} <= set(ts.SCHEMES.names())
-    listed = r"registered: \['dopri5', 'euler', 'heun', 'rk4', 'ssprk3'\]"
+    listed = r"choose one of \['dopri5', 'euler', 'heun', 'rk4', 'ssprk3'\]"
     with pytest.raises(ValueError, match=listed):
         ts.get_scheme("rk7")
     assert ts.get_error_norm("rms")(np.array([3.0, 4.0])) == pytest.approx(np.sqrt(12.5))

@@ -147,10 +147,11 @@ def test_an_interrupted_particle_piece_resumes_from_its_last_output(tmp_path, mo
 def test_dim_E_2_particle_rows_with_their_time_limit_on_either_side_of_the_exact_LP(
         monkeypatch, exact_pairs):
     # the rows always ask for a 5 s limit: at --quick's sizes "auto" takes the exact LP and
-    # leaves it out (it had been a TypeError); beyond AUTO_EXACT_PAIRS it reaches the
-    # iterative solvers
+    # leaves it out (it had been a TypeError); beyond the budget's auto_exact_pairs it
+    # reaches the iterative solvers
     if exact_pairs is not None:
-        monkeypatch.setattr(sp.wasserstein, "AUTO_EXACT_PAIRS", exact_pairs)
+        monkeypatch.setattr(sp.wasserstein, "DEFAULT_BUDGET",
+                            sp.wasserstein.W2Budget(auto_exact_pairs=exact_pairs))
     out = lt.run_particles("E2", 16.0, 200, TIMES[:2])
     assert np.all(out["lower"] <= out["w2"]) and np.all(out["w2"] <= out["upper"])
     assert 0.5 < out["w2"][0] < 1.0

@@ -495,7 +495,7 @@ def test_auto_choice_is_recorded(monkeypatch):
     assert r.lower == r.upper == float(r)
     assert sp.w2(small, atoms).method == "semidiscrete"
     # Beyond the crossover auto goes multiscale, unless the tol asks for more than it can give.
-    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W, "DEFAULT_BUDGET", W.W2Budget(auto_exact_pairs=1000))
     r = sp.w2(small, random_cloud(200, seed=3), tol=5e-3)
     assert r.method == "multiscale" and "multiscale" in r.details["auto"]
     assert sp.w2(small, random_cloud(200, seed=3), tol=1e-7).method == "exact"
@@ -535,7 +535,7 @@ def test_auto_falls_back_when_the_multiscale_bracket_is_too_wide(monkeypatch):
 
     # What a stalled multiscale solve could return: a true bracket, [0, 2] on W2.
     wide = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
-    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W, "DEFAULT_BUDGET", W.W2Budget(auto_exact_pairs=1000))
     monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide)
     # First the network simplex on a priced sparse support, whose rounds stop at tol,
     # intersected with the wide bracket.
@@ -550,12 +550,13 @@ def test_auto_falls_back_when_the_multiscale_bracket_is_too_wide(monkeypatch):
     assert r.method == "quantized" and "clusterings" in r.details["auto"]
     assert r.upper - r.lower <= 1e-12 and float(r) == pytest.approx(ex, abs=1e-12)
     # Where that misses tol too, the intersection is kept and, within
-    # AUTO_EXACT_FALLBACK_PAIRS, the exact LP is run after all.
+    # the budget's auto_exact_fallback_pairs, the exact LP is run after all.
     monkeypatch.setattr(W._quantized, "w2_quantized", lambda *args, **kw: half)
     r = sp.w2(mu, nu, tol=1e-3)
     assert r.method == "exact" and r.upper - r.lower <= 1e-12
     assert "clusterings" in r.details["auto"] and "exact LP" in r.details["auto"]
-    monkeypatch.setattr(W, "AUTO_EXACT_FALLBACK_PAIRS", 1000)
+    monkeypatch.setattr(W, "DEFAULT_BUDGET", W.W2Budget(auto_exact_pairs=1000,
+                                                         auto_exact_fallback_pairs=1000))
     r = sp.w2(mu, nu, tol=1e-3)
     assert (r.lower, r.upper) == pytest.approx((0.5 * ex, 1.5 * ex), abs=1e-12)
     # The geodesic cost has no quantized fallback (its bound rests on the chordal
@@ -660,9 +661,10 @@ def test_auto_gives_the_multiscale_solver_a_time_budget(monkeypatch):
     r = sp.w2(mu, nu, method="multiscale", tol=2e-3, max_seconds=0.0)
     assert "time ran out" in r.details["stopped"] and not r.details["tol_met"]
     assert r.lower - 1e-12 <= ex <= r.upper + 1e-12
-    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W, "DEFAULT_BUDGET", W.W2Budget(auto_exact_pairs=1000))
     # no time for the multiscale solver; the sparse one keeps its default budget
-    r = sp.w2(mu, nu, tol=2e-3, budget=W.W2Budget(seconds_per_point=0.0, min_seconds=0.0))
+    r = sp.w2(mu, nu, tol=2e-3, budget=W.W2Budget(seconds_per_point=0.0, min_seconds=0.0,
+                                                  auto_exact_pairs=1000))
     assert r.method == "sparse" and "time ran out" in r.details["auto"]
     assert r.details["tol_met"] and r.lower - 1e-12 <= ex <= r.upper + 1e-12
 
@@ -675,7 +677,7 @@ def test_auto_bounds_the_sparse_fallback_too(monkeypatch):
 
     mu, nu = random_cloud(300, seed=1), random_cloud(200, seed=3)
     wide = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
-    monkeypatch.setattr(W, "AUTO_EXACT_PAIRS", 1000)
+    monkeypatch.setattr(W, "DEFAULT_BUDGET", W.W2Budget(auto_exact_pairs=1000))
     monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: wide)
     seen = []
     sparse = W._sparse.w2_sparse
@@ -684,7 +686,7 @@ def test_auto_bounds_the_sparse_fallback_too(monkeypatch):
     sp.w2(mu, nu, tol=1e-3)
     default = W.W2Budget()
     assert seen[-1] == default.sparse_min_seconds == 120.0  # 500 points: the floor
-    sp.w2(mu, nu, tol=1e-3, budget=W.W2Budget(sparse_min_seconds=0.0))
+    sp.w2(mu, nu, tol=1e-3, budget=W.W2Budget(sparse_min_seconds=0.0, auto_exact_pairs=1000))
     assert seen[-1] == pytest.approx(default.sparse_seconds_per_point * 500)
     sp.w2(mu, nu, tol=1e-3, max_seconds=7.0)
     assert seen[-1] == 7.0

@@ -553,8 +553,6 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     Returns a dict with the output folder, the :class:`Run` records, how many were reused,
     the fitted rate and the summary text. Ctrl-C raises :class:`RunInterrupted`.
     """
-    from tqdm.auto import tqdm
-
     if notify is None:
         def notify(text):
             print(f"spherepde: {text}", file=sys.stderr)
@@ -573,14 +571,7 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
     out = Path(out or cfg["output"]["dir"])
     manifest = _prepare_folder(out, force)
     folder = out / "runs"
-    try:
-        lock = io.FolderLock(out).__enter__()
-    except io.FolderBusyError as exc:
-        raise OutputError(f"{exc}: another spherepde run is writing there; wait for it to "
-                          "finish or give another --out") from None
-    except OSError as exc:
-        raise OutputError(f"cannot write into {out}: {exc.strerror}; give a writable --out "
-                          "(or [output] dir)") from None
+    lock = _lock(out)
     tasks = tasks_of(cfg)
     done: dict = {}  # task key -> Run computed by this call
     reused = 0
@@ -595,40 +586,79 @@ def run_scenario(cfg: dict | str | Path | None = None, out: str | Path | None = 
                       "run the same command again to finish.\n")
         saved = {t.key: _load_saved(t, folder / t.filename, fresh, notify) for t in tasks}
         reused = sum(r is not None for r in saved.values())
-        todo = [t for t in tasks if saved[t.key] is None]
-        n_workers = _workers(cfg, todo, workers)
-        if n_workers > 1:
-            _run_in_pool(todo, n_workers, folder, progress, done, len(tasks), reused)
-        else:
-            bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
-            for task in bar:
-                bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
-                if saved[task.key] is None:
-                    run = _run_with_bar(task, progress)
-                    run.save(folder / task.filename)
-                    done[task.key] = run
+        _compute_runs(cfg, tasks, saved, done, folder, workers, progress)
         runs = [saved[t.key] or done[t.key] for t in tasks]
-
-        mu0 = build_initial(cfg)
-        ref = reference_model(cfg)
-        report = ref.check_assumptions()
-        p = cfg["particles"]
-        tokens = initial_tokens(cfg, mu0, p["n"])
-        x0 = tokens.points
-        limit = ref.limit_measure(mu0)
-        limit_particles = ref.limit_measure(tokens)
-        e = ref.dominant_subspace()[:, 0]
-        rate = _fit_zero_temperature_rate(runs, report)
-        spectral_note = None if cfg["spectral"]["enabled"] else \
-            "disabled in the scenario ([spectral] enabled = false)"
-        summary = _write_outputs(out, cfg, runs, limit, limit_particles, e, report, rate, x0,
-                                 spectral_note, figures, manifest, notify)
+        rate, summary = _conclude(out, cfg, runs, figures, manifest, notify)
         manifest.remove(IN_PROGRESS)
     except KeyboardInterrupt:
         raise RunInterrupted(reused + len(done), len(tasks), folder) from None
     finally:
         lock.__exit__(None, None, None)
     return {"out": out, "runs": runs, "reused": reused, "rate": rate, "summary": summary}
+
+
+def _lock(out: Path):
+    """The entered :class:`spherepde.io.FolderLock` of ``out``, or an OutputError that says
+    why it cannot be taken."""
+    try:
+        return io.FolderLock(out).__enter__()
+    except io.FolderBusyError as exc:
+        raise OutputError(f"{exc}: another spherepde run is writing there; wait for it to "
+                          "finish or give another --out") from None
+    except OSError as exc:
+        raise OutputError(f"cannot write into {out}: {exc.strerror}; give a writable --out "
+                          "(or [output] dir)") from None
+
+
+def _compute_runs(cfg: dict, tasks: list, saved: dict, done: dict, folder: Path,
+                  workers: int | str, progress: bool) -> None:
+    """Compute the tasks that have no saved run (``saved[key] is None``), in a process pool
+    or here with a progress bar per run; each is saved under ``folder`` as it finishes and
+    put into ``done`` (task key -> Run), so that Ctrl-C knows how many are kept."""
+    from tqdm.auto import tqdm
+
+    todo = [t for t in tasks if saved[t.key] is None]
+    n_workers = _workers(cfg, todo, workers)
+    if n_workers > 1:
+        reused = len(tasks) - len(todo)
+        _run_in_pool(todo, n_workers, folder, progress, done, len(tasks), reused)
+        return
+    bar = tqdm(tasks, desc="spherepde run", disable=not progress, unit="run")
+    for task in bar:
+        bar.set_postfix_str(f"{task.solver}, beta={beta_text(task.beta)}")
+        if saved[task.key] is None:
+            run = _run_with_bar(task, progress)
+            run.save(folder / task.filename)
+            done[task.key] = run
+
+
+def _conclude(out: Path, cfg: dict, runs: list, figures: bool, manifest, notify):
+    """The measures the curves are compared with, the fitted zero-temperature rate, and the
+    outputs (:func:`_write_outputs`); returns (rate, summary text)."""
+    mu0 = build_initial(cfg)
+    ref = reference_model(cfg)
+    report = ref.check_assumptions()
+    tokens = initial_tokens(cfg, mu0, cfg["particles"]["n"])
+    limits = _Limits(ref.limit_measure(mu0), ref.limit_measure(tokens),
+                     ref.dominant_subspace()[:, 0], tokens.points.shape[0])
+    rate = _fit_zero_temperature_rate(runs, report)
+    spectral_note = None if cfg["spectral"]["enabled"] else \
+        "disabled in the scenario ([spectral] enabled = false)"
+    summary = _write_outputs(out, cfg, runs, limits, report, rate, spectral_note, figures,
+                             manifest, notify)
+    return rate, summary
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What the W2 curves are measured against: the projected limit Pi#rho_0 of the initial
+    density (``density``) and of the initial tokens (``particles``), its direction e: (3,)
+    and the number of tokens."""
+
+    density: object
+    particles: object
+    e: np.ndarray
+    n_tokens: int
 
 
 #: A scenario is worth a process pool when one of its runs takes seconds: this many tokens,
@@ -785,8 +815,8 @@ def _agreement(fine: list[Run], checks: dict) -> list[str]:
     return rows
 
 
-def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report, rate, x0,
-                   spectral_note, figures=True, manifest=None, notify=None):
+def _write_outputs(out, cfg, runs: list[Run], limits: _Limits, report, rate, spectral_note,
+                   figures=True, manifest=None, notify=None):
     """results.nc, scenario.json, the figures, then summary.md (which lists the figures that
     were written); returns the summary's text."""
     manifest = manifest or io.Manifest.open(out, "run", force=True)
@@ -797,12 +827,31 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
     # one verdict per curve, shared by results.nc and summary.md
     checks = {(r.solver, r.beta): convergence(r, coarse.get((r.solver, r.beta)), fraction)
               for r in fine}
-    ds = results_dataset(used, runs, limit=limit, limit_particles=limit_particles,
+    ds = results_dataset(used, runs, limit=limits.density, limit_particles=limits.particles,
                          subspace=reference_model(cfg).dominant_subspace(), gap=report.gap,
                          rate=rate, map_grid=_plot_lat_lon(), checks=checks)
     manifest.add(RESULTS_NAME, "scenario.json", "summary.md")
     io.save_dataset(ds, out / RESULTS_NAME)
     io.write_json(out / "scenario.json", used)
+    drawn, failed = _write_figures(ds, out, figures, manifest, notify)
+    lines = _summary_head(cfg, limits, report)
+    if coarse:
+        lines += [f"Each solver also ran at a coarser resolution (N/4 tokens, lmax/2, n/2 cells "
+                  f"along a cube edge). A curve is **converged** when the two differ by less than "
+                  f"{fraction:.0%} of its minimum at every common output time, and the coarse run "
+                  "reached the same last time (docs/methods.md, \"What converged means\").", ""]
+    lines += _curve_table(fine, coarse, checks)
+    if coarse:
+        lines += [_verdicts(fine, checks, coarse), ""]
+    lines += _summary_tail(fine, checks, rate, spectral_note, drawn, failed)
+    text = "\n".join(lines) + "\n"
+    io.write_text(out / "summary.md", text)
+    return text
+
+
+def _write_figures(ds, out, figures: bool, manifest, notify):
+    """The figures of ``ds`` (or, with figures False, the removal of an earlier scenario's,
+    which would describe another run); returns (paths drawn, notices of those that failed)."""
     drawn, failed = [], []
     if figures:
         from . import plotting
@@ -813,10 +862,14 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
 
         manifest.add(*FIGURE_NAMES)
         drawn = plotting.plot_results(ds, out, warn=warn)
-    else:  # figures of an earlier scenario would describe another run
+    else:
         for name in FIGURE_NAMES:
             manifest.remove(name)
+    return drawn, failed
 
+
+def _summary_head(cfg, limits: _Limits, report) -> list[str]:
+    """summary.md up to its W2 section's heading: the model and the limit measures."""
     if cfg["model"]["normalized"]:
         attention = "softmax-normalized self-attention (SA)"
     else:
@@ -825,26 +878,27 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
         if cfg["model"]["rescale_time"]:
             attention += (", with the velocity divided by the kernel's maximum e^beta "
                           "(model.rescale_time = true: USA's own time is t e^-beta)")
-    lines = ["# spherepde run: low-temperature concentration on S^2", "",
-             f"Tokens and their density evolve under {attention} with B = Q^T K a rotation "
-             "and A = V B^T symmetric (docs/theory.md §3.1). W2 is the chordal "
-             "Wasserstein-2 distance to the projected measure Pi#rho_0 = m+ delta_e + m- "
-             "delta_{-e}.", "",
-             "## Model", "", "```", str(report), "```", "",
-             f"Pi#rho_0: e = {np.array2string(e, precision=4)}, m+ = {limit.weights[0]:.6f}, "
-             f"m- = {limit.weights[1]:.6f} (half-sphere masses by quadrature). The particles "
-             f"are measured against Pi#mu^N_0, whose empirical masses are "
-             f"m+ = {limit_particles.weights[0]:.6f}, m- = {limit_particles.weights[1]:.6f} "
-             f"(N = {x0.shape[0]}).", "",
-             "## W2(rho_t, Pi#rho_0)", ""]
-    if coarse:
-        lines += [f"Each solver also ran at a coarser resolution (N/4 tokens, lmax/2, n/2 cells "
-                  f"along a cube edge). A curve is **converged** when the two differ by less than "
-                  f"{fraction:.0%} of its minimum at every common output time, and the coarse run "
-                  "reached the same last time (docs/methods.md, \"What converged means\").", ""]
-    lines += ["| run | resolution | min W2 | t at min | W2 at last time | last time | seconds |"
-              " coarse | max \\|fine − coarse\\| | threshold | converged |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    limit, limit_particles = limits.density, limits.particles
+    return ["# spherepde run: low-temperature concentration on S^2", "",
+            f"Tokens and their density evolve under {attention} with B = Q^T K a rotation "
+            "and A = V B^T symmetric (docs/theory.md §3.1). W2 is the chordal "
+            "Wasserstein-2 distance to the projected measure Pi#rho_0 = m+ delta_e + m- "
+            "delta_{-e}.", "",
+            "## Model", "", "```", str(report), "```", "",
+            f"Pi#rho_0: e = {np.array2string(limits.e, precision=4)}, "
+            f"m+ = {limit.weights[0]:.6f}, "
+            f"m- = {limit.weights[1]:.6f} (half-sphere masses by quadrature). The particles "
+            f"are measured against Pi#mu^N_0, whose empirical masses are "
+            f"m+ = {limit_particles.weights[0]:.6f}, m- = {limit_particles.weights[1]:.6f} "
+            f"(N = {limits.n_tokens}).", "",
+            "## W2(rho_t, Pi#rho_0)", ""]
+
+
+def _curve_table(fine: list[Run], coarse: dict, checks: dict) -> list[str]:
+    """The table of the W2 curves, one row a fine run, with its convergence check."""
+    lines = ["| run | resolution | min W2 | t at min | W2 at last time | last time | seconds |"
+             " coarse | max \\|fine − coarse\\| | threshold | converged |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in fine:
         t, w = run.times, run.w2
         i = int(np.argmin(w))
@@ -861,8 +915,13 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
         lines.append(f"| {run.title} | {run.resolution_text} | {w[i]:.4g} | {t[i]:.3g} | "
                      f"{w[-1]:.4g} | {t[-1]:.3g} | {run.seconds:.1f} | {tail} |")
     lines.append("")
-    if coarse:
-        lines += [_verdicts(fine, checks, coarse), ""]
+    return lines
+
+
+def _summary_tail(fine: list[Run], checks: dict, rate, spectral_note, drawn, failed) -> list[str]:
+    """summary.md after the curve table: early stops, the fitted rate, the solvers against
+    each other, and the files written."""
+    lines = []
     stops = [(r.title, "ended early", r.notes["stopped"]) for r in fine if r.notes.get("stopped")]
     stops += [(r.title, "reached its last time, but", r.notes["unresolved"]) for r in fine
               if r.notes.get("unresolved")]
@@ -890,6 +949,4 @@ def _write_outputs(out, cfg, runs: list[Run], limit, limit_particles, e, report,
               "`spherepde plot` redraws the figures from results.nc."]
     if failed:
         lines.append(f"Not written: {'; '.join(failed)}.")
-    text = "\n".join(lines) + "\n"
-    io.write_text(out / "summary.md", text)
-    return text
+    return lines

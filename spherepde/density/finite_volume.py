@@ -92,14 +92,6 @@ DIRECT_MAX_N = 24
 DEFAULT_MACRO_TOL = 1e-3
 
 
-def _has_harmonic() -> bool:
-    try:
-        from ..interaction import harmonic  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # ---------------------------------------------------------------------------- the solution
 class FiniteVolumeSolution(DensitySolution):
     r"""Cell masses at the output times of a finite-volume solve.
@@ -224,8 +216,7 @@ def _check_common(scheme_name, cfl, limiter):
     if not (isinstance(cfl, (int, float)) and math.isfinite(cfl) and cfl > 0):
         raise ValueError(f"cfl must be a finite number > 0 (<= 1 keeps the density >= 0); "
                          f"got {cfl!r}")
-    if limiter not in LIMITERS:
-        raise ValueError(f"unknown limiter {limiter!r}; choose one of {sorted(LIMITERS.names())}")
+    LIMITERS.check(limiter)
 
 
 class _CellMassSolver(DensitySolver):
@@ -400,8 +391,31 @@ class TransportSolver(_CellMassSolver):
         self.field = EdgeVelocity(self.fv, velocity=velocity)
 
 
-#: the velocity operators of the finite-volume solver
-OPERATORS = ("direct", "harmonic", "zero_temperature")
+def _direct(s, model, fac):
+    """Direct quadrature over the cell centres, at the edge points."""
+    mesh = s.mesh
+    return DirectQuadrature(model, mesh.centers, mesh.areas, kernel=s.kernel,
+                            targets=mesh.face_points)
+
+
+def _harmonic(s, model, fac):
+    """The harmonic field of the cell measure (cell masses -> moments -> field)."""
+    return CellHarmonic(model, s.mesh, s.mesh.face_points, planned=s.planned,
+                        velocity_tol=s.velocity_tol)
+
+
+def _zero_temperature(s, model, fac):
+    """The zero-temperature (beta = inf) field at the edge points."""
+    mesh = s.mesh
+    return ZeroTemperature(model, mesh.centers, mesh.areas, targets=mesh.face_points)
+
+
+#: The velocity operators of :class:`FiniteVolumeSolver`: name -> build(solver, model, fac)
+#: (fac: the (c, O) of B = c·O, or None); "harmonic" needs ducc0.
+OPERATORS = Registry("velocity operator of FiniteVolumeSolver")
+OPERATORS.register("direct", _direct)
+OPERATORS.register("harmonic", _harmonic, requires="spherepde.interaction.harmonic")
+OPERATORS.register("zero_temperature", _zero_temperature)
 
 
 class FiniteVolumeSolver(_CellMassSolver):
@@ -471,16 +485,12 @@ class FiniteVolumeSolver(_CellMassSolver):
                              f"face velocities relative to |V|); got {velocity_tol!r}")
         self.velocity_tol = float(velocity_tol)
         if path == "auto" and not model.zero_temperature:
-            path = "direct" if self.n <= DIRECT_MAX_N or not _has_harmonic() else "harmonic"
-        name, _ = choose_operator(model, path, 3, OPERATORS)
+            harmonic = OPERATORS.installed("harmonic")
+            path = "direct" if self.n <= DIRECT_MAX_N or not harmonic else "harmonic"
+        name, fac = choose_operator(model, path, 3, OPERATORS)
         self.kernel = kernel
-        mesh = self.mesh
-        pts, w, edges = mesh.centers, mesh.areas, mesh.face_points
-        build = {"zero_temperature": lambda: ZeroTemperature(model, pts, w, targets=edges),
-                 "direct": lambda: DirectQuadrature(model, pts, w, kernel=kernel, targets=edges),
-                 "harmonic": lambda: CellHarmonic(model, mesh, edges, planned=planned,
-                                                  velocity_tol=self.velocity_tol)}
-        self.operator = build[name]()
+        self.planned = planned
+        self.operator = OPERATORS.get(name)(self, model, fac)
         self.field = EdgeVelocity(self.fv, self.operator)
 
 def locate(mesh: CubedSphere, x) -> np.ndarray:

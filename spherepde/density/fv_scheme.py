@@ -48,6 +48,8 @@ is clipped after the fact.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 from numba import njit, prange
 
@@ -64,8 +66,9 @@ LIMITERS.register("none", 0)
 LIMITERS.register("barth_jespersen", 1)
 LIMITERS.register("positivity", 2)
 #: The limiter keeps edge values this far (relative) inside their bounds, so that rounding in
-#: rho + phi·delta cannot cross a bound of 0.
-LIMITER_MARGIN = 1e-12
+#: rho + phi·delta cannot cross a bound of 0. Compile-time (read by the numba reconstruction):
+#: Final.
+LIMITER_MARGIN: Final = 1e-12
 #: Reconstructions of FiniteVolumeScheme by name -> polynomial degree (a Registry): "linear"
 #: (least-squares gradient from the four edge neighbours), "quadratic" (least squares over the
 #: eight cells sharing an edge or a vertex) and "cubic" (those and the four cells two steps away
@@ -337,12 +340,8 @@ class FiniteVolumeScheme:
             _check_resolution(int(n), reconstruction)
         if not isinstance(mesh, CubedSphere):
             mesh = CubedSphere(mesh)
-        if limiter not in LIMITERS:
-            raise ValueError(f"unknown limiter {limiter!r}; choose one of "
-                             f"{sorted(LIMITERS.names())}")
-        if reconstruction not in RECONSTRUCTIONS:
-            raise ValueError(f"unknown reconstruction {reconstruction!r}; choose one of "
-                             f"{RECONSTRUCTIONS.names()}")
+        LIMITERS.check(limiter)
+        RECONSTRUCTIONS.check(reconstruction)
         self.mesh = m = mesh
         self.limiter = limiter
         self.reconstruction = reconstruction

@@ -19,6 +19,8 @@ the midpoint rule over the cells in θ'); local at β = ∞.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 from numba import njit
 from scipy import special
@@ -51,8 +53,9 @@ SSP_SCHEMES = ("euler", "heun", "ssprk3")
 MAX_TABLE_BYTES = 1.5e9
 #: Gauss-Legendre nodes per cell for the initial cell masses
 QUADRATURE_ORDER = 8
-#: cells with less mass send none (their subnormal arithmetic is slow; the loss is < 1e-300)
-_TINY_MASS = 1e-300
+#: cells with less mass send none (their subnormal arithmetic is slow; the loss is < 1e-300);
+#: compile-time (read by the numba tendency): Final
+_TINY_MASS: Final = 1e-300
 #: relative difference of rho0 between two directions of e^perp that counts as non-zonal
 ZONAL_RTOL = 1e-8
 #: multirate stepping: the default macro_tol (the velocity's relative change per macro step);

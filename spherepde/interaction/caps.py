@@ -37,17 +37,20 @@ which it takes T and the sums with the fused kernel's loop
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
 from numba import njit, prange
 
-from .fused import _REDUCE, _row3
+from .fused import _row3
+from .numerics import FASTMATH_REDUCE as _REDUCE
 
 __all__ = ["CapSums", "full_sums"]
 
 #: Slack in the exponent shift and in the cap's angles against round-off: it only adds
-#: atoms (exact terms) or rescales all terms by the same e^{-1e-9}.
-_SLACK = 1e-9
+#: atoms (exact terms) or rescales all terms by the same e^{-1e-9}. Compile-time (read by
+#: the numba searches): Final.
+_SLACK: Final = 1e-9
 
 
 @njit(cache=True, fastmath=_REDUCE)

@@ -87,7 +87,8 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .caps import positive_atoms
-from .fused import _REDUCE, _exp_nonpositive, _row3
+from .fused import _exp_nonpositive, _row3
+from .numerics import FASTMATH_REDUCE as _REDUCE
 from .options import FarFieldOptions
 
 __all__ = ["FarField", "FarFieldOptions", "CompiledSizes", "compiled_sizes"]

@@ -42,6 +42,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from . import register_kernel
+from .numerics import FASTMATH_REDUCE as _REDUCE
 from .numerics import check_usa_overflow, log_weights
 
 __all__ = ["attention_numba", "log_partition_numba", "TILE"]
@@ -50,8 +51,8 @@ __all__ = ["attention_numba", "log_partition_numba", "TILE"]
 #: compile-time constant (read as a global by the @njit(cache=True) kernels, so frozen into
 #: their cache): Final, and read by the compiled code only.
 TILE: Final = 1024
-#: Queries per parallel task.
-QUERY_BLOCK = 32
+#: Queries per parallel task (compile-time, like TILE).
+QUERY_BLOCK: Final = 32
 #: When beta·|x|·max|k| and the log-weights confine all logits of a query to an interval of
 #: this length, the softmax shift is the upper bound of that interval: terms lie in
 #: [e^-600, 1], nothing overflows or becomes subnormal, and the running maximum (a pass over
@@ -60,15 +61,16 @@ FIXED_SHIFT_SPREAD = 600.0
 #: With the bound as shift, a sum s_i >= e^-600 proves the largest term >= e^-600/N: the terms
 #: lost below e^-708 are then < N^2 e^-108 (< 1e-30 for N < 1e9) of s_i, so the fused pass is
 #: accepted; otherwise it is redone with the exact maximum as shift.
-_ACCEPT_SUM = float(np.exp(-600.0))
+_ACCEPT_SUM: Final = float(np.exp(-600.0))
 
-_LOG2E = 1.4426950408889634
+# The constants of _exp_nonpositive, compile-time (read as globals by numba): Final.
+_LOG2E: Final = 1.4426950408889634
 # fdlibm's split of log 2: n * _LN2_HI is exact for |n| < 2^20.
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
+_LN2_HI: Final = 6.93147180369123816490e-01
+_LN2_LO: Final = 1.90821492927058770002e-10
 # Below this the exponential is subnormal; such terms are < 1e-307 relative to the maximum
 # term (which is 1) and are set to zero.
-_EXP_FLOOR = -708.0
+_EXP_FLOOR: Final = -708.0
 
 
 @njit(cache=True, inline="always", fastmath={"contract"})
@@ -114,8 +116,6 @@ def _exp_nonpositive(u0):
     return _exp_poly(r) * two_n if u0 >= _EXP_FLOOR else 0.0
 
 
-# Reductions may be reordered (SIMD); this changes the result by round-off only.
-_REDUCE = {"contract", "reassoc", "nsz", "nnan"}
 
 
 @njit(cache=True, fastmath=_REDUCE)

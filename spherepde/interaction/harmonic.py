@@ -102,6 +102,7 @@ import functools
 import math
 import os
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 from numba import njit, prange
@@ -117,13 +118,9 @@ from .options import DEFAULT_TOL, FALLBACK_FACTOR, HarmonicOptions, HarmonicTuni
 
 __all__ = ["HarmonicField", "PlannedField", "Moments", "HarmonicKernel", "field_for",
            "DEFAULT_TOL", "FALLBACK_FACTOR", "check_velocity_tol"]
-#: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms.
-NUFFT_EPS_MIN = 2.1e-13
-#: Bytes of work memory per (L + 1)^2 of a non-equispaced S^2 transform (measured with ducc0
-#: 0.42: 100-150 bytes for a spin-1 synthesis at L = 512..2048), with room for our arrays.
-BYTES_PER_DEGREE2 = 256.0
-#: The largest number of Chebyshev terms in kappa for a general B.
-MAX_CHEBYSHEV_TERMS = 256
+#: The smallest accuracy ducc0 accepts for double-precision non-equispaced transforms: a
+#: limit of the library, not a setting (Final: nothing may rebind it).
+NUFFT_EPS_MIN: Final = 2.1e-13
 
 
 def check_velocity_tol(velocity_tol) -> float:
@@ -144,8 +141,8 @@ def _physical_memory() -> float:
 
 
 #: Threads of the spreading (adjoint) transforms: one, for bit-for-bit reproducible runs
-#: (see :meth:`HarmonicField.moments`).
-SPREAD_THREADS = 1
+#: (see :meth:`HarmonicField.moments`); an invariant, not a setting.
+SPREAD_THREADS: Final = 1
 
 def _default_threads() -> int:
     try:
@@ -378,7 +375,7 @@ class HarmonicField:
         if self.d != 3:
             need = 64.0 * (L + 1)  # S^1: a few arrays of 2K + 3 modes
         else:
-            need = BYTES_PER_DEGREE2 * (L + 1) ** 2
+            need = self.tuning.bytes_per_degree2 * (L + 1) ** 2
         if need > self.max_memory:
             raise MemoryError(
                 f"the harmonic kernel needs degree L = {L} for beta = {self.beta:g} "
@@ -409,7 +406,7 @@ class HarmonicField:
             c = np.polynomial.chebyshev.chebinterpolate(values, P - 1).reshape(P, -1, L + 1)
             floor = np.maximum(share, 1e-13 * np.abs(c).max(axis=0))
             small = np.abs(c) <= floor  # (P, ncomp, L + 1)
-            if small[-2:].all() or P >= MAX_CHEBYSHEV_TERMS:
+            if small[-2:].all() or P >= self.tuning.max_chebyshev_terms:
                 # keep up to the last term that is not negligible somewhere
                 big = np.nonzero(~small.all(axis=(1, 2)))[0]
                 keep = int(big[-1]) + 1 if big.size else 1

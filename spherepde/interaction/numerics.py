@@ -11,14 +11,18 @@ r"""The numerical guards every way of computing the attention shares, each in on
 from __future__ import annotations
 
 import math
+from typing import Final
 
 import numpy as np
 
-__all__ = ["LOG_FLOAT_MAX", "log_weights", "USAOverflowError", "usa_overflow_error",
-           "check_usa_overflow", "usa_scale", "exp_times"]
+__all__ = ["LOG_FLOAT_MAX", "FASTMATH_REDUCE", "log_weights", "USAOverflowError",
+           "usa_overflow_error", "check_usa_overflow", "usa_scale", "exp_times"]
 
 #: log of the largest finite float64, minus a margin for the sum over tokens.
 LOG_FLOAT_MAX = 700.0
+#: The fastmath flags of the numba kernels' reductions: they may be reordered (SIMD), which
+#: changes a result by round-off only. Compile-time (frozen into the kernels' cache): Final.
+FASTMATH_REDUCE: Final = {"contract", "reassoc", "nsz", "nnan"}
 
 
 def log_weights(weights) -> np.ndarray:

@@ -361,7 +361,9 @@ def choose_operator(model, path: str, d: int, available=OPERATOR_NAMES):
                          "path='direct' for a general B")
     finite = [p for p in names if p != "zero_temperature"]
     if path not in finite:
+        installed = (f" (installed here: {available.available()})"
+                     if isinstance(available, Registry) else "")
         raise ValueError(f"unknown velocity path {path!r}; choose 'auto', "
                          + ", ".join(repr(p) for p in finite)
-                         + " or (beta = inf) 'zero_temperature'")
+                         + " or (beta = inf) 'zero_temperature'" + installed)
     return path, fac

@@ -41,11 +41,21 @@ class HarmonicTuning:
         the field, and a looser tol buys narrower NUFFT kernels.
     s1_exact_max : int
         On S^1 with N·(K+1) below this, the moments and fields are exact sums (no NUFFT).
+    bytes_per_degree2 : float
+        The memory model of the S^2 field: bytes of work memory per (L + 1)^2 of a
+        non-equispaced transform (measured with ducc0 0.42: 100-150 bytes for a spin-1
+        synthesis at L = 512..2048), with room for the field's own arrays. A degree whose
+        estimate exceeds ``max_memory`` is refused with a MemoryError.
+    max_chebyshev_terms : int
+        The most Chebyshev terms in kappa of the multipliers for a general B: their count
+        doubles from 8 until the last two terms are negligible, or until it reaches this.
     """
 
     direct_fallback_max: int = 128
     nufft_eps_fraction: float = 0.1
     s1_exact_max: int = 1 << 18
+    bytes_per_degree2: float = 256.0
+    max_chebyshev_terms: int = 256
 
 
 @dataclass(frozen=True)

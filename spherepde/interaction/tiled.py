@@ -79,6 +79,7 @@ from numba import get_num_threads, njit
 
 from . import register_kernel
 from .fused import FIXED_SHIFT_SPREAD, _exp_nonpositive
+from .numerics import FASTMATH_REDUCE as _REDUCE
 from .numerics import check_usa_overflow, log_weights
 
 __all__ = ["KEY_TILE", "QUERY_TILE", "WIDE_DIM", "attention_tiled"]
@@ -91,8 +92,6 @@ KEY_TILE = 2048
 #: re-reads the key and value tiles (KEY_TILE·d floats each), which then dominate the memory
 #: traffic, so taller query tiles halve it (measured 1.1-1.2x at d = 1024, N = 4000-6000).
 WIDE_DIM = 512
-# Reductions may be reordered (SIMD); this changes the result by round-off only.
-_REDUCE = {"contract", "reassoc", "nsz", "nnan"}
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)

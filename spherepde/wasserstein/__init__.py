@@ -80,9 +80,8 @@ from .result import W2Result, bracket_result
 
 __all__ = [
     "AUTO",
-    "AUTO_EXACT_FALLBACK_PAIRS",
-    "AUTO_EXACT_PAIRS",
     "COSTS",
+    "DEFAULT_BUDGET",
     "METHODS",
     "W2_METHODS",
     "W2Budget",
@@ -94,21 +93,6 @@ __all__ = [
     "w2_to_limit",
 ]
 
-#: "auto" solves exactly up to this many pairs n·m (and the multiscale solver beyond): the
-#: crossover measured by benchmarks/wasserstein.py, where the network simplex and the
-#: multiscale solver at tol = 1e-3 take about the same time (2000-3000 points a side).
-AUTO_EXACT_PAIRS = 6_000_000
-#: Below this tol (bracket width on W2) "auto" prefers the exact solver wherever its memory
-#: is available: the multiscale bracket closes like eps, and eps is limited by the point
-#: spacing.
-MULTISCALE_MIN_TOL = 1e-5
-#: When the multiscale bracket chosen by "auto" misses tol, and so does the exact solve
-#: between clusterings (:mod:`.quantized`), the exact LP is run up to this many pairs (10^4
-#: points a side: ~1 minute and 4.5 GB), memory permitting. The
-#: multiscale solver misses tol where the truncated kernel cuts a measure into pieces whose
-#: masses differ on the two sides (two separated concentrations sampled unevenly): its
-#: Sinkhorn sweeps cannot move the difference across.
-AUTO_EXACT_FALLBACK_PAIRS = 100_000_000
 #: Default target width of the bracket on W2 for the iterative solvers.
 DEFAULT_TOL = 1e-3
 
@@ -157,6 +141,22 @@ class W2Budget:
     heavy_weight : float
         Points lighter than this (of total mass 1) do not count: a mesh snapshot of a
         concentrated density is mostly cells of < 1e-30, which every solver prunes.
+    auto_exact_pairs : int
+        "auto" solves exactly up to this many pairs n·m (and the multiscale solver beyond):
+        the crossover measured by benchmarks/wasserstein.py, where the network simplex and
+        the multiscale solver at tol = 1e-3 take about the same time (2000-3000 points a
+        side).
+    multiscale_min_tol : float
+        Below this tol (bracket width on W2) "auto" prefers the exact solver wherever its
+        memory is available: the multiscale bracket closes like eps, and eps is limited by
+        the point spacing.
+    auto_exact_fallback_pairs : int
+        When the multiscale bracket chosen by "auto" misses tol, and so does the exact solve
+        between clusterings (:mod:`.quantized`), the exact LP is run up to this many pairs
+        (10^4 points a side: ~1 minute and 4.5 GB), memory permitting. The multiscale solver
+        misses tol where the truncated kernel cuts a measure into pieces whose masses differ
+        on the two sides (two separated concentrations sampled unevenly): its Sinkhorn
+        sweeps cannot move the difference across.
     """
 
     seconds_per_point: float = 3e-4
@@ -164,10 +164,14 @@ class W2Budget:
     sparse_seconds_per_point: float = 1.2e-3
     sparse_min_seconds: float = 120.0
     heavy_weight: float = 1e-12
+    auto_exact_pairs: int = 6_000_000
+    multiscale_min_tol: float = 1e-5
+    auto_exact_fallback_pairs: int = 100_000_000
 
     def __post_init__(self):
         for name in ("seconds_per_point", "min_seconds", "sparse_seconds_per_point",
-                     "sparse_min_seconds", "heavy_weight"):
+                     "sparse_min_seconds", "heavy_weight", "auto_exact_pairs",
+                     "multiscale_min_tol", "auto_exact_fallback_pairs"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
                 raise ValueError(f"W2Budget.{name} must be a finite number >= 0; got {value!r}")
@@ -180,6 +184,9 @@ class W2Budget:
             return max(self.sparse_min_seconds, self.sparse_seconds_per_point * heavy)
         return max(self.min_seconds, self.seconds_per_point * heavy)
 
+
+#: The cost model that :func:`w2` uses unless a caller passes its own ``budget``.
+DEFAULT_BUDGET = W2Budget()
 
 #: Methods that take a time budget (the others finish in a time set by their size).
 _TIMED = ("circle", "multiscale", "sparse")
@@ -349,11 +356,11 @@ def _few_atoms(p):
 
 
 def _exact_first(p):
-    if p.n * p.m <= AUTO_EXACT_PAIRS:
-        return f"n*m = {p.n * p.m:.1e} <= {AUTO_EXACT_PAIRS:.0e}: the network simplex is faster"
-    if p.tol < MULTISCALE_MIN_TOL and _exact_fits(p.n, p.m, _exact.EXACT_MAX_PAIRS):
-        return (f"tol = {p.tol:.0e} < {MULTISCALE_MIN_TOL:.0e}: only the exact LP closes the "
-                "bracket")
+    pairs, min_tol = p.budget.auto_exact_pairs, p.budget.multiscale_min_tol
+    if p.n * p.m <= pairs:
+        return f"n*m = {p.n * p.m:.1e} <= {pairs:.0e}: the network simplex is faster"
+    if p.tol < min_tol and _exact_fits(p.n, p.m, _exact.EXACT_MAX_PAIRS):
+        return f"tol = {p.tol:.0e} < {min_tol:.0e}: only the exact LP closes the bracket"
     return None
 
 
@@ -363,7 +370,7 @@ def _on_great_circle(p):
     p.on_circle = _circle_side((p.x, p.a), (p.y, p.b), p.plane)
     if p.on_circle is None:
         return None
-    if p.tol < MULTISCALE_MIN_TOL and _exact_first(p) is not None:
+    if p.tol < p.budget.multiscale_min_tol and _exact_first(p) is not None:
         return None  # only the exact LP closes such a tol
     return "one side lies on a great circle: the planar circle solver"
 
@@ -381,17 +388,18 @@ def _chordal_clusterings(p):
 
 
 def _exact_fallback(p):
-    if _exact_fits(p.n, p.m, AUTO_EXACT_FALLBACK_PAIRS):
-        return f"the exact LP (n*m = {p.n * p.m:.1e} <= {AUTO_EXACT_FALLBACK_PAIRS:.0e})"
+    pairs = p.budget.auto_exact_fallback_pairs
+    if _exact_fits(p.n, p.m, pairs):
+        return f"the exact LP (n*m = {p.n * p.m:.1e} <= {pairs:.0e})"
     return None
 
 
 #: The ordered entries of "auto": semidiscrete against a few atoms; for the chordal cost the
 #: circle solver when a side lies on a great circle (its options: rounds, verbose,
-#: max_seconds); the exact LP up to ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory
-#: allows); the multiscale solver; then, while the bracket is wider than tol, the sparse
-#: solver, the exact solve between clusterings (chordal) and the exact LP up to
-#: ``AUTO_EXACT_FALLBACK_PAIRS``.
+#: max_seconds); the exact LP up to ``W2Budget.auto_exact_pairs`` (or when tol <
+#: ``W2Budget.multiscale_min_tol`` and memory allows); the multiscale solver; then, while the
+#: bracket is wider than tol, the sparse solver, the exact solve between clusterings
+#: (chordal) and the exact LP up to ``W2Budget.auto_exact_fallback_pairs``.
 AUTO = (
     AutoEntry("semidiscrete", _few_atoms, last=True),
     AutoEntry("circle", _on_great_circle, own=("rounds", "verbose", "max_seconds")),
@@ -463,19 +471,20 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
         walks :data:`AUTO`: semidiscrete against at most 64 atoms; then, for the chordal
         cost, circle when a side lies on a great circle (in ``plane`` when given) unless
         tol < 1e-5 asks for the exact LP, falling back to the next choice when its bracket is
-        wider than tol; exact up to n·m = ``AUTO_EXACT_PAIRS`` (or when tol < 1e-5 and memory
+        wider than tol; exact up to n·m = ``budget.auto_exact_pairs`` (or when tol < 1e-5 and memory
         allows), multiscale beyond, and, when the multiscale bracket is wider than tol, the
         network simplex on a priced sparse support ("sparse"), then the exact solve between
         clusterings ("quantized", chordal), each bracket intersected with the ones before,
-        and if that still misses tol the exact LP up to n·m = ``AUTO_EXACT_FALLBACK_PAIRS``;
+        and if that still misses tol the exact LP up to n·m = ``budget.auto_exact_fallback_pairs``;
         ``details["auto"]`` says why.
     tol : float, optional
         Target width ``upper - lower`` of the bracket on W2 (default 1e-3) for the iterative
         solvers; the exact solvers close it to round-off.
     budget : W2Budget, optional
-        The cost model of the iterative solvers' time budgets (default ``W2Budget()``). The
-        circle, multiscale and sparse solvers stop at it, chosen by "auto" or by name, with
-        the bracket certified so far and ``details["stopped"]`` saying so.
+        The cost model of the iterative solvers' time budgets and of "auto"'s choice between
+        the exact and the iterative solvers (default :data:`DEFAULT_BUDGET`). The circle,
+        multiscale and sparse solvers stop at it, chosen by "auto" or by name, with the
+        bracket certified so far and ``details["stopped"]`` saying so.
     **options
         exact: ``numItermax``. semidiscrete: ``gap_tol`` (certificate gap on W2^2).
         circle: ``plane`` ((d, 2) basis of the circle's plane; also steers "auto"),
@@ -520,7 +529,7 @@ def w2(mu, nu, cost: str = "chordal", method: str = "auto", tol: float | None = 
     (x, a), (y, b) = _prepare(mu, nu)
     # nu_levels: a clustering of nu computed once by a caller that compares many measures to
     # the same nu (w2_to_limit); only the multiscale solver uses it.
-    p = _Problem(x, a, y, b, cost, tol, budget or W2Budget(), options,
+    p = _Problem(x, a, y, b, cost, tol, budget or DEFAULT_BUDGET, options,
                  nu_levels=options.pop("nu_levels", None), plane=options.pop("plane", None))
     if method == "auto":
         return _auto(p)

@@ -38,7 +38,8 @@ Kitagawa, Mérigot & Thibert, J. Eur. Math. Soc. 21 (2019) (semi-discrete Newton
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 import numba as nb
 import numpy as np
@@ -47,7 +48,7 @@ from .result import bracket_result, reject_options
 
 __all__ = ["w2_circle", "great_circle_plane", "CIRCLE_PLANE_ATOL"]
 
-TWO_PI = 2.0 * np.pi
+TWO_PI: Final = 2.0 * np.pi  # also read by the numba kernels (compile-time)
 #: A side counts as lying on a great circle when every point is within this distance of a
 #: plane through 0 (round-off of a projection and normalisation is ~1e-16).
 CIRCLE_PLANE_ATOL = 1e-9
@@ -491,30 +492,96 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
     m = len(b)
     U = _circle_plane(y, plane, d)
     P = _planar(x, y, b, U)
-    th, bj, Yr, pr, h, r, alpha = P.th, P.bj, P.Yr, P.pr, P.h, P.r, P.alpha
     timings = {}
     # ---- 1. the angular quantile coupling at its best shift
-    oa = np.argsort(alpha, kind="stable")
+    oa = np.argsort(P.alpha, kind="stable")
     # the whole circle of offsets, coarsely, then around the best
-    up_quantile, c_quantile, first = _best_shift(oa, a, pr, h, bj, Yr,
-                                                 _shift_guess(oa, alpha, a, th, bj), 0.5, 32)
+    up_quantile, c_quantile, first = _best_shift(oa, a, P.pr, P.h, P.bj, P.Yr,
+                                                 _shift_guess(oa, P.alpha, a, P.th, P.bj), 0.5, 32)
     timings["quantile"] = time.perf_counter() - t0
-    # ---- 2. alternate: a plan -> its staircase potentials psi -> phi = psi^c, exact (then
-    # sum a phi + sum b psi is a certified dual value; psi' = phi^c, exact, raises it) -> the
-    # sources ordered by where phi sends them -> a new plan at its best shift.
-    # The transform onto the atoms searches the sources in radius bands sorted by angle, so
-    # that the blocks of its search tree hold similar radii (their bounds then prune well).
-    band = np.minimum((r * _BANDS).astype(np.int64), _BANDS - 1)
-    ot_ = np.lexsort((alpha, band))
-    rank = np.empty(n, dtype=np.int64)
-    rank[ot_] = np.arange(n)
-    ones_m = np.ones(m)
-    order, shift, atom = oa, c_quantile, first
-    lower, upper, up_dual, history = -np.inf, up_quantile, np.inf, []
+    # ---- 2. alternate plans and duals (:func:`_alternate`)
+    state = _Alternation(oa, c_quantile, first, -np.inf, up_quantile)
+    stopped = _alternate(P, a, state, tol, rounds, max_seconds, t0, verbose)
+    timings["rounds"] = time.perf_counter() - t0 - timings["quantile"]
+    lower = state.lower - 4.0 * P.dy
+    upper = state.upper + 4.0 * P.dy
+    details = {"n": n, "m": m, "rounds": len(state.history), "history": state.history,
+               "upper_quantile": up_quantile, "upper_dual_order": state.up_dual,
+               "atom_offset": P.dy, "seconds": time.perf_counter() - t0, "timings": timings,
+               "plane": U}
+    if stopped is not None:
+        details["stopped"] = stopped
+    return bracket_result(upper, lower, cost, "circle", details)
 
-    def closed():
-        return np.sqrt(max(upper, 0.0)) - np.sqrt(max(lower, 0.0)) <= 0.1 * tol
 
+@dataclass
+class _Alternation:
+    """The state of :func:`w2_circle`'s plan/dual alternation: the sources' ``order`` (n,),
+    ``shift`` and first ``atom`` (n,) of the next plan; the bracket on W2^2 so far
+    (``lower``: the best dual value, ``upper``: the cheapest plan), the cheapest plan from a
+    dual order ``up_dual``, and the bracket after each round, ``history``."""
+
+    order: np.ndarray
+    shift: float
+    atom: np.ndarray
+    lower: float
+    upper: float
+    up_dual: float = np.inf
+    history: list = field(default_factory=list)
+
+    def closed(self, tol: float) -> bool:
+        """Whether the bracket on W2 is within tol/10."""
+        return np.sqrt(max(self.upper, 0.0)) - np.sqrt(max(self.lower, 0.0)) <= 0.1 * tol
+
+
+def _search_order(P):
+    """The transform onto the atoms searches the sources in radius bands sorted by angle, so
+    that the blocks of its search tree hold similar radii (their bounds then prune well).
+    Returns that order ``ot_`` (n,) and each source's ``rank`` (n,) in it."""
+    band = np.minimum((P.r * _BANDS).astype(np.int64), _BANDS - 1)
+    ot_ = np.lexsort((P.alpha, band))
+    rank = np.empty(len(ot_), dtype=np.int64)
+    rank[ot_] = np.arange(len(ot_))
+    return ot_, rank
+
+
+def _round(P, a, state, search, tol):
+    """One round: the plan -> its staircase potentials psi -> phi = psi^c, exact (then
+    sum a phi + sum b psi is a certified dual value; psi' = phi^c, exact, raises it) -> the
+    sources ordered by where phi sends them -> a new plan at its best shift. Updates the
+    bracket of ``state``; returns the next plan's (order, shift, first atom), or None when
+    the bracket closed before a new plan was needed."""
+    ot_, rank = search
+    _, psi, owner = _staircase_potentials(state.order, a, P.pr, P.h, P.bj, P.Yr, state.shift)
+    mx, atom = _max_sinusoid(P.th, np.ones(len(P.th)), psi, P.alpha, P.r, state.atom, 16)
+    phi = P.r**2 + 1.0 + P.h - mx  # c(x_i, y) - psi(y) = r^2 + 1 + h - (2 r cos(t - alpha) + psi)
+    state.lower = max(state.lower, float(a @ phi) + float(P.bj @ psi))
+    if not state.closed(tol):
+        # psi2 = phi^c >= psi raises the dual value; it costs more than psi^c (sources of
+        # small radius tie over long arcs), so only when the bracket asks for it
+        psi = _phi_transform(P, mx, owner, atom, rank, ot_)
+        state.lower = max(state.lower, float(a @ phi) + float(P.bj @ psi))
+    if state.closed(tol):
+        state.history.append((state.lower, state.upper))
+        return None
+    ta = _dual_targets(P, psi, atom)
+    od = np.argsort(ta, kind="stable")
+    # sorted by where the dual sends them, the sources line up with their atoms: a few
+    # masses either side of the offset that says so is enough
+    width = 4.0 * max(a.max(), P.bj.max()) + 1e-3
+    plan_cost, c_dual, first_d = _best_shift(od, a, P.pr, P.h, P.bj, P.Yr,
+                                             _shift_guess(od, ta % TWO_PI, a, P.th, P.bj), width)
+    state.up_dual = min(state.up_dual, plan_cost)
+    state.upper = min(state.upper, plan_cost)
+    state.history.append((state.lower, state.upper))
+    return od, c_dual, first_d
+
+
+def _alternate(P, a, state, tol, rounds, max_seconds, t0, verbose):
+    """Up to ``rounds`` rounds (:func:`_round`) until the bracket closes, the time budget
+    would be passed, or STALLED_ROUNDS rounds in a row move neither bound. Returns why it
+    stopped early (a sentence), or None."""
+    search = _search_order(P)
     # the cost of the last round: read only from the second round on, once one has run
     stopped, stalled, last_round = None, 0, 0.0
     for it in range(rounds):
@@ -524,35 +591,16 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
             stopped = (f"time budget: another round (~{last_round:.1f} s) would pass "
                        f"max_seconds = {float(max_seconds):g}")
             break
-        before = (lower, upper)
-        _, psi, owner = _staircase_potentials(order, a, pr, h, bj, Yr, shift)
-        mx, atom = _max_sinusoid(th, ones_m, psi, alpha, r, atom, 16)
-        phi = r**2 + 1.0 + h - mx  # c(x_i, y) - psi(y) = r^2 + 1 + h - (2 r cos(t - alpha) + psi)
-        lower = max(lower, float(a @ phi) + float(bj @ psi))
-        if not closed():
-            # psi2 = phi^c >= psi raises the dual value; it costs more than psi^c (sources of
-            # small radius tie over long arcs), so only when the bracket asks for it
-            psi = _phi_transform(P, mx, owner, atom, rank, ot_)
-            lower = max(lower, float(a @ phi) + float(bj @ psi))
-        if closed():
-            history.append((lower, upper))
+        before = (state.lower, state.upper)
+        following = _round(P, a, state, search, tol)
+        if following is None:
             break
-        ta = _dual_targets(P, psi, atom)
-        od = np.argsort(ta, kind="stable")
-        # sorted by where the dual sends them, the sources line up with their atoms: a few
-        # masses either side of the offset that says so is enough
-        width = 4.0 * max(a.max(), bj.max()) + 1e-3
-        plan_cost, c_dual, first_d = _best_shift(od, a, pr, h, bj, Yr,
-                                                 _shift_guess(od, ta % TWO_PI, a, th, bj), width)
-        up_dual = min(up_dual, plan_cost)
-        upper = min(upper, plan_cost)
-        history.append((lower, upper))
         if verbose:
-            print(f"circle round {it}: W2^2 in [{lower:.10f}, {upper:.10f}]")
+            print(f"circle round {it}: W2^2 in [{state.lower:.10f}, {state.upper:.10f}]")
         last_round = time.perf_counter() - start
-        if closed():
+        if state.closed(tol):
             break
-        if it > 0 and max(lower - before[0], before[1] - upper) <= STAGNATION * (
+        if it > 0 and max(state.lower - before[0], before[1] - state.upper) <= STAGNATION * (
                 before[1] - before[0]):
             stalled += 1
             if stalled == STALLED_ROUNDS:
@@ -560,14 +608,5 @@ def w2_circle(x, a, y, b, cost="chordal", plane=None, tol=1e-3, rounds=6, max_se
                 break
         else:
             stalled = 0
-        order, shift, atom = od, c_dual, first_d
-    timings["rounds"] = time.perf_counter() - t0 - timings["quantile"]
-    lower -= 4.0 * P.dy
-    upper += 4.0 * P.dy
-    details = {"n": n, "m": m, "rounds": len(history), "history": history,
-               "upper_quantile": up_quantile, "upper_dual_order": up_dual,
-               "atom_offset": P.dy, "seconds": time.perf_counter() - t0, "timings": timings,
-               "plane": U}
-    if stopped is not None:
-        details["stopped"] = stopped
-    return bracket_result(upper, lower, cost, "circle", details)
+        state.order, state.shift, state.atom = following
+    return stopped

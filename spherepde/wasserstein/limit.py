@@ -168,7 +168,7 @@ def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", metho
         if circle:
             opts["plane"] = U
         elif method in ("auto", "multiscale", "sinkhorn") and limit.n > 64 and \
-                mu.n * limit.n > _auto_exact_pairs() and "nu_levels" not in opts:
+                mu.n * limit.n > _auto_exact_pairs(opts) and "nu_levels" not in opts:
             # The limit side's clustering is the same at every time: build it once.
             if levels is None:
                 levels = hierarchy(limit.points, limit.weights, cost)
@@ -186,7 +186,8 @@ def w2_to_limit(solution_or_trajectory, model=None, cost: str = "chordal", metho
                    cb, results, lower, upper)
 
 
-def _auto_exact_pairs():
-    from . import AUTO_EXACT_PAIRS
+def _auto_exact_pairs(options):
+    """Up to how many pairs "auto" solves exactly, by the caller's budget or the default."""
+    from . import DEFAULT_BUDGET
 
-    return AUTO_EXACT_PAIRS
+    return (options.get("budget") or DEFAULT_BUDGET).auto_exact_pairs

@@ -367,6 +367,97 @@ class _Hessian:
         return amg.ruge_stuben_solver(A).aspreconditioner(cycle="V")
 
 
+class _SemiDual:
+    """The semi-dual of one stage on a fixed support (row layout ``indptr``, ``idx``, ``cost``),
+    marginals a: (n,), b: (m,), at eps. :meth:`evaluate` fills the plan ``P`` (nnz,) and its
+    column sums ``col`` (m,) for the potentials it is given."""
+
+    def __init__(self, indptr, idx, cost, a, b, eps):
+        self.indptr, self.idx, self.cost, self.a, self.b, self.eps = indptr, idx, cost, a, b, eps
+        self.la, self.lb = np.log(a), np.log(b)
+        self.m = len(b)
+        self.P = np.empty(cost.size)
+        self.col = None
+
+    def evaluate(self, vv, uu):
+        """Semi-dual value <a, u(v)> + <b, v> (the constant -eps dropped) and L1 error; uu
+        receives u(v), the soft c-transform of vv."""
+        self.col = _evaluate(self.indptr, self.idx, self.cost, vv, self.la, self.eps, uu, self.P,
+                             self.m, nb.get_num_threads())
+        return float(self.a @ uu + self.b @ vv), float(np.abs(self.b - self.col).sum())
+
+
+class _Preconditioner:
+    """The preconditioner M of the Newton systems: algebraic multigrid (``amg``, the pyamg
+    module) or the two-level one on the aggregates ``labels``. Rebuilt at every step while the
+    plan still moves (reusing the last one right after a level change took 200 CG
+    iterations); kept near the solution (AMG_REUSE_ERR) until CG needs more than twice the
+    iterations it needed when it was built."""
+
+    def __init__(self, amg, labels):
+        self.amg, self.labels = amg, labels
+        self.M, self.cg_built = None, 0
+
+    def refresh(self, H, err, m) -> bool:
+        """Build M from the Hessian H unless the last one is kept; returns whether it was
+        built."""
+        fresh = self.amg is None or self.M is None or err > AMG_REUSE_ERR
+        if fresh:
+            self.M = None
+            self.M = (H.multigrid(self.amg) if self.amg is not None
+                      else LinearOperator((m, m), matvec=H.two_level(self.labels),
+                                          dtype=np.float64))
+        return fresh
+
+    def record(self, fresh: bool, iterations: int) -> None:
+        """What CG took with M: the reference of a fresh M, or the sign that a kept one is
+        stale (then it is rebuilt at the next step)."""
+        if fresh:
+            self.cg_built = iterations
+        elif iterations > 2 * self.cg_built + 2:
+            self.M = None
+
+
+def _newton_direction(sd, pre, err, cg_rtol, cg_maxiter):
+    """The Newton step on v at the plan of ``sd`` (its last evaluation, of error err), by CG
+    preconditioned by ``pre``, in the gauge of zero median and clipped to MAX_STEP eps.
+    Returns (step (m,), CG iterations, whether M was rebuilt, (t1, t2, t3): perf_counter
+    before the preconditioner, before CG and after it)."""
+    m, eps = sd.m, sd.eps
+    rhs = eps * (sd.b - sd.col)
+    count = [0]
+
+    def cb(_, count=count):
+        count[0] += 1
+
+    H = _Hessian(sd.indptr, sd.idx, sd.P, sd.a, sd.col)
+    A = LinearOperator((m, m), matvec=H.matvec, dtype=np.float64)
+    t1 = time.perf_counter()
+    fresh = pre.refresh(H, err, m)
+    t2 = time.perf_counter()
+    step, _ = cg(A, rhs, rtol=cg_rtol, maxiter=cg_maxiter, M=pre.M, callback=cb)
+    pre.record(fresh, count[0])
+    del A, H
+    t3 = time.perf_counter()
+    step -= np.median(step)  # the gauge: a constant shift changes nothing
+    np.clip(step, -MAX_STEP * eps, MAX_STEP * eps, out=step)
+    return step, count[0], fresh, (t1, t2, t3)
+
+
+def _line_search(sd, v, step, val, err, u_new):
+    """Armijo backtracking on the concave semi-dual (the marginal error is not monotone along
+    a Newton step): the full step is taken near the solution (quadratic convergence); far
+    from it, a step that overshoots is halved. u_new receives u(v_new). Returns (t, v_new,
+    value, error) of the step taken."""
+    slope = float((sd.b - sd.col) @ step)
+    t = 1.0
+    while True:
+        v_new = v + t * step
+        val_new, e_new = sd.evaluate(v_new, u_new)
+        if val_new >= val + 1e-4 * t * slope or e_new < 0.5 * err or t < 1e-3:
+            return t, v_new, val_new, e_new
+
+
 def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None, labels=None,
                    cg_rtol=1e-3, cg_maxiter=200, deadline=None, verbose=False):
     r"""Damped Newton on the column potential v until :math:`\|b - \pi^T 1\|_1 \le` tol
@@ -388,25 +479,17 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
     -------
     iterations, L1 column error, CG iterations in all
     """
-    la, lb = np.log(a), np.log(b)
     m = len(b)
+    sd = _SemiDual(indptr, idx, cost, a, b, eps)
     amg = _pyamg() if m >= AMG_MIN_COLUMNS else None
     if amg is None and labels is None:
         labels = _aggregates(points, AGGREGATE)
-    P = np.empty(cost.size)
-    state = {}
-
-    def evaluate(vv, uu):
-        """Semi-dual value <a, u(v)> + <b, v> (the constant -eps dropped) and L1 error."""
-        state["col"] = _evaluate(indptr, idx, cost, vv, la, eps, uu, P, m, nb.get_num_threads())
-        return float(a @ uu + b @ vv), float(np.abs(b - state["col"]).sum())
-
+    pre = _Preconditioner(amg, labels)
     stalled = 0
-    val, err = evaluate(v, u)
+    val, err = sd.evaluate(v, u)
     total_cg = 0
     it = 0
     u_new = np.empty_like(u)
-    M, cg_built = None, 0
     for it in range(1, maxiter + 1):
         if err <= tol or (deadline is not None and time.perf_counter() > deadline):
             it -= 1
@@ -415,55 +498,19 @@ def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None
         # One Sinkhorn sweep first: it sets every column's mass exactly in log space, which
         # a linearization cannot do for a column that receives e^-20 of its mass; Newton
         # then corrects what the sweep cannot, the coupled (large-scale) imbalance.
-        _column_sweep(indptr, idx, cost, u, lb, eps, v, state["col"])
-        val, err = evaluate(v, u)
-        col = state["col"]
-        rhs = eps * (b - col)
-        count = [0]
-
-        def cb(_, count=count):
-            count[0] += 1
-
-        H = _Hessian(indptr, idx, P, a, col)
-        A = LinearOperator((m, m), matvec=H.matvec, dtype=np.float64)
-        t1 = time.perf_counter()
-        # Rebuilt at every step while the plan still moves (reusing the last one right after
-        # a level change took 200 CG iterations); kept near the solution (AMG_REUSE_ERR).
-        fresh = amg is None or M is None or err > AMG_REUSE_ERR
-        if fresh:
-            M = None
-            M = (H.multigrid(amg) if amg is not None
-                 else LinearOperator((m, m), matvec=H.two_level(labels), dtype=np.float64))
-        t2 = time.perf_counter()
-        step, _ = cg(A, rhs, rtol=cg_rtol, maxiter=cg_maxiter, M=M, callback=cb)
-        if fresh:
-            cg_built = count[0]
-        elif count[0] > 2 * cg_built + 2:
-            M = None  # stale: rebuild at the next step
-        del A, H
-        t3 = time.perf_counter()
-        total_cg += count[0]
-        step -= np.median(step)  # the gauge: a constant shift changes nothing
-        np.clip(step, -MAX_STEP * eps, MAX_STEP * eps, out=step)
-        # Armijo backtracking on the concave semi-dual (the marginal error is not monotone
-        # along a Newton step): the full step is taken near the solution (quadratic
-        # convergence); far from it, a step that overshoots is halved.
-        slope = float((b - col) @ step)
-        t = 1.0
-        while True:
-            v_new = v + t * step
-            val_new, e_new = evaluate(v_new, u_new)
-            if val_new >= val + 1e-4 * t * slope or e_new < 0.5 * err or t < 1e-3:
-                break
-            t *= 0.5
+        _column_sweep(indptr, idx, cost, u, sd.lb, eps, v, sd.col)
+        val, err = sd.evaluate(v, u)
+        step, n_cg, fresh, (t1, t2, t3) = _newton_direction(sd, pre, err, cg_rtol, cg_maxiter)
+        total_cg += n_cg
+        t, v_new, val_new, e_new = _line_search(sd, v, step, val, err, u_new)
         if verbose:
-            print(f"    newton {it}: err {err:.3e} -> {e_new:.3e}, step {t:g}, cg {count[0]}, "
+            print(f"    newton {it}: err {err:.3e} -> {e_new:.3e}, step {t:g}, cg {n_cg}, "
                   f"{'new' if fresh else 'kept'} preconditioner {t2 - t1:.2f} s, "
                   f"cg {t3 - t2:.2f} s, other {time.perf_counter() - t0 - (t3 - t1):.2f}")
         # Near the solution the gain in the semi-dual is below its round-off: a step that
         # reduces the marginal error is then taken on that ground.
         if not (val_new > val or e_new < 0.5 * err):
-            evaluate(v, u)  # restore the plan of the last accepted potentials
+            sd.evaluate(v, u)  # restore the plan of the last accepted potentials
             break
         # The semi-dual grows while the error does not fall: no plan with these marginals
         # lives on this support (the dual is unbounded there). The caller searches again.

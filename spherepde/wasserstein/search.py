@@ -28,6 +28,9 @@ the round-off of one cost.
 """
 from __future__ import annotations
 
+from collections import namedtuple
+from typing import Final
+
 import numba as nb
 import numpy as np
 
@@ -35,8 +38,14 @@ __all__ = ["ConeTree"]
 
 #: Points per leaf.
 LEAF = 16
-#: Relative round-off margin of every pruning test.
-_MARGIN = 1e-12
+#: Relative round-off margin of every pruning test (compile-time: read by the numba bound).
+_MARGIN: Final = 1e-12
+
+#: The fitted tree as one argument of the numba searches (numba takes a namedtuple of arrays
+#: as one argument): the points P in tree order and the potential f on them, the nodes'
+#: ranges [lo, hi) and children (-1 at leaves), cones (axis z, cos and sin of the half-angle
+#: cr, sr, radii rmin, rmax) and the fit of h = f - |x|^2 (alpha, beta, largest residual e).
+_Fitted = namedtuple("_Fitted", "P f lo hi left right z cr sr rmin rmax alpha beta e")
 
 
 @nb.njit(cache=True)
@@ -183,13 +192,15 @@ def _fit(P, h, lo, hi):
 
 
 @nb.njit(cache=True)
-def _bound(k, y, y2, z, cr, sr, rmin, rmax, alpha, beta, e):
+def _bound(k, y, y2, tree):
     """Lower bound of |x - y|^2 - f over node k, less a round-off margin.
 
     max <x, w> over the cone (axis z, half-angle rho, r_min <= |x| <= r_max) is
     |w| r cos(theta - rho) with theta the angle of w to z (r_max, or r_min when the cosine is
     negative; |w| r_max when theta <= rho). cos and sin of theta come from the components of w
     along and across z, which keeps them accurate at small angles without trigonometry."""
+    z, cr, sr, rmin, rmax = tree.z, tree.cr, tree.sr, tree.rmin, tree.rmax
+    alpha, beta, e = tree.alpha, tree.beta, tree.e
     d = y.size
     wn2 = 0.0
     wz = 0.0
@@ -242,8 +253,9 @@ def _cost(P, p, y, geodesic):
 
 
 @nb.njit(parallel=True, cache=True)
-def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Yb, perp2, init,
-          geodesic):
+def _cmin(tree, Y, Yb, perp2, init, geodesic):
+    """min over the points of c(x_p, Y[j]) - f_p and its argmin (tree order), for each j."""
+    P, f, lo, hi, left, right = tree.P, tree.f, tree.lo, tree.hi, tree.left, tree.right
     m = Y.shape[0]
     val = np.empty(m)
     arg = np.empty(m, np.int64)
@@ -268,8 +280,8 @@ def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Y
                         best, bk = v, p
                 continue
             c0, c1 = left[k], right[k]
-            b0 = _bound(c0, yb, y2, z, cr, sr, rmin, rmax, alpha, beta, e) + perp2[j]
-            b1 = _bound(c1, yb, y2, z, cr, sr, rmin, rmax, alpha, beta, e) + perp2[j]
+            b0 = _bound(c0, yb, y2, tree) + perp2[j]
+            b1 = _bound(c1, yb, y2, tree) + perp2[j]
             if b0 > b1:
                 c0, c1, b0, b1 = c1, c0, b1, b0
             # The more promising child is pushed last, so it is searched first.
@@ -285,10 +297,10 @@ def _cmin(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Y
 
 
 @nb.njit(parallel=True, cache=True)
-def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y, Yb, perp2, thr,
-            geodesic, indptr, out, fill, perm):
+def _within(tree, Y, Yb, perp2, thr, geodesic, indptr, out, fill, perm):
     """Points with c - f <= thr[j]: counts[j] (fill False, written to indptr[j + 1]) or their
     indices in the caller's order, perm[k], into out[indptr[j]:indptr[j + 1]] (fill True)."""
+    P, f, lo, hi, left, right = tree.P, tree.f, tree.lo, tree.hi, tree.left, tree.right
     m = Y.shape[0]
     for j in nb.prange(m):
         y = Y[j]
@@ -310,7 +322,7 @@ def _within(P, f, lo, hi, left, right, z, cr, sr, rmin, rmax, alpha, beta, e, Y,
                         cnt += 1
                 continue
             for c in (left[k], right[k]):
-                if _bound(c, yb, y2, z, cr, sr, rmin, rmax, alpha, beta, e) + perp2[j] <= thr[j]:
+                if _bound(c, yb, y2, tree) + perp2[j] <= thr[j]:
                     stack[top] = c
                     top += 1
         if not fill:
@@ -367,8 +379,8 @@ class ConeTree:
     def _args(self):
         if self._f is None:
             raise RuntimeError("call fit(potential) first")
-        return (self.P, self._f, self.lo, self.hi, self.left, self.right, self.z,
-                self.cos_rho, self.sin_rho, self.rmin, self.rmax) + tuple(self._model)
+        return _Fitted(self.P, self._f, self.lo, self.hi, self.left, self.right, self.z,
+                       self.cos_rho, self.sin_rho, self.rmin, self.rmax, *self._model)
 
     def _split(self, y):
         """Queries projected onto the span of the points, and |y_perp|^2 (less round-off)."""
@@ -389,7 +401,7 @@ class ConeTree:
             inv[self.perm] = np.arange(self.n)
             init = np.asarray(init, dtype=np.int64)
             init = np.where(init >= 0, inv[init], -1)
-        val, arg = _cmin(*self._args(), y, *self._split(y), init, cost == "geodesic")
+        val, arg = _cmin(self._args(), y, *self._split(y), init, cost == "geodesic")
         return val, self.perm[arg]
 
     def within(self, y, thr, cost="chordal"):
@@ -402,8 +414,8 @@ class ConeTree:
         indptr = np.zeros(len(y) + 1, np.int64)
         yb, perp2 = self._split(y)
         dtype = np.int32 if self.n < 2**31 else np.int64
-        _within(*self._args(), y, yb, perp2, thr, geo, indptr, np.empty(0, dtype), False, self.perm)
+        _within(self._args(), y, yb, perp2, thr, geo, indptr, np.empty(0, dtype), False, self.perm)
         np.cumsum(indptr, out=indptr)
         out = np.empty(indptr[-1], dtype)
-        _within(*self._args(), y, yb, perp2, thr, geo, indptr, out, True, self.perm)
+        _within(self._args(), y, yb, perp2, thr, geo, indptr, out, True, self.perm)
         return indptr, out
