@@ -222,6 +222,25 @@ def test_tuning_sets_the_chebyshev_cap_and_the_memory_model():
                       tuning=HarmonicTuning(bytes_per_degree2=2 * per_degree2))
 
 
+def test_a_capped_kappa_expansion_still_bounds_its_error():
+    from spherepde.interaction.options import HarmonicTuning
+
+    # 8 Chebyshev terms in kappa do not converge at beta = 40 (the default needs more): the
+    # field is then off by ~4e-8 of |V|, and the per-query bound must still cover it, now
+    # through the interpolant's measured defect rather than the unknown terms beyond the cap
+    B, V = matrices(3, "general")
+    capped = HarmonicField(B, V, 40.0, tuning=HarmonicTuning(max_chebyshev_terms=8))
+    y, w = cloud(3, 1500, seed=4)
+    x, _ = cloud(3, 200, seed=6)
+    att, bound = capped.attention(x, capped.moments(y, w), return_bound=True)
+    logits = 40.0 * (x @ B @ y.T)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True)) * w
+    ref = (p / p.sum(axis=1, keepdims=True)) @ (y @ V.T)
+    err = np.abs(att - ref).max(axis=1) / np.linalg.norm(V, 2)
+    assert err.max() > 1e-10  # the cap really costs accuracy here
+    assert np.all(err <= bound)
+
+
 def test_model_velocity_with_harmonic_kernel_for_a_general_B():
     import spherepde as sp
 

@@ -416,11 +416,27 @@ class HarmonicField:
                 rest = np.abs(c[keep:])
                 at_floor = rest <= 1e-13 * np.abs(c).max(axis=0)
                 self._cheb_error = float((np.where(at_floor, 0.0, rest) * weight).sum())
+                if not small[-2:].all():
+                    # capped before the coefficients fell below their share: the terms
+                    # beyond P are unknown, so measure the interpolant against the
+                    # multipliers themselves between its nodes and count that instead
+                    self._cheb_error += self._interpolation_defect(c[:keep], values, weight)
                 scale = np.abs(c).max(axis=0)
                 self._cheb_rel = float(np.max(np.where(at_floor, rest, 0.0).sum(axis=0)
                                               / np.where(scale > 0, scale, 1.0), initial=0.0))
                 return c[:keep]
             P *= 2
+
+    @staticmethod
+    def _interpolation_defect(c, values, weight) -> float:
+        """Σ weight · max_s |values(s) − Σ_k c_k T_k(s)| over 4P points in [-1, 1] (between
+        the P interpolation nodes as well as on them): the measured error of an expansion in
+        kappa that the cap stopped before it converged."""
+        m = 4 * c.shape[0]
+        s = np.cos(np.pi * (np.arange(m) + 0.25) / m)
+        exact = values(s).reshape(m, *c.shape[1:])
+        approx = np.moveaxis(np.polynomial.chebyshev.chebval(s, c), -1, 0)
+        return float((np.abs(exact - approx).max(axis=0) * weight).sum())
 
     def _bound_weights(self, L):
         """Per (component, degree) factors of the uniform bound: (2l+1)/4pi · (1, 1, l) on S^2,
