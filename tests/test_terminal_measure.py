@@ -52,7 +52,7 @@ def test_cluster_flow_matches_the_ode_and_its_limit_for_a_nonnormal_V():
         np.testing.assert_allclose(sol.y[:, -1], m.cluster_flow(x, 5.0), atol=1e-8)
     lim = m.cluster_flow(x0, np.inf)
     np.testing.assert_allclose(lim, np.sign(x0 @ u)[:, None] * v / np.linalg.norm(v), atol=1e-12)
-    for x, want in zip(x0[:8], lim[:8]):
+    for x, want in zip(x0[:8], lim[:8], strict=True):
         # t = 60: the next eigenvalue's mode is down by e^{-0.7 * 60} ~ 6e-19 relative
         sol = solve_ivp(_oja(V), (0.0, 60.0), x, rtol=1e-11, atol=1e-12)
         np.testing.assert_allclose(sol.y[:, -1], want, atol=1e-7)
