@@ -344,6 +344,16 @@ class Model:
                     f"V's dominant eigenvalues {np.round(ev[dom], 6).tolist()} are a complex "
                     "pair: the cluster flow turns in their real invariant plane forever and has "
                     "no limit; ask for a finite t")
+            if dom.size == 1:
+                # sign<u, x> v exactly, so that the limits of many points coincide bit for bit
+                v = np.real(R[:, dom[0]])
+                v = v / np.linalg.norm(v)
+                u = np.real(Rinv[dom[0], :]) * np.sign(np.real(Rinv[dom[0], :] @ R[:, dom[0]]))
+                s = x @ u
+                tiny = 1e-12 * np.linalg.norm(u) * np.linalg.norm(x, axis=-1)
+                with np.errstate(invalid="ignore"):
+                    return np.where((np.abs(s) > tiny)[..., None], np.sign(s)[..., None] * v,
+                                    np.nan)
             P = np.real(R[:, dom] @ Rinv[dom, :])
             y = x @ P.T
         else:

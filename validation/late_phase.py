@@ -431,12 +431,12 @@ def scales_rows(curves: list[Curve]):
             v = fine[key]
             ok = np.isfinite(v) and v <= until
             rows.append((c.scenario, beta_label(c.beta), key, v,
-                         "n/a" if coarse is None else coarse[key], f"{c.n}/{c.coarse_n}",
+                         "n/a" if coarse is None else coarse[key], f"{c.coarse_n or 'n/a'}/{c.n}",
                          until, "yes" if ok else "no"))
             if ok:
                 points.append((c.scenario, key, c.beta, v))
         rows.append((c.scenario, beta_label(c.beta), "min W2", fine["min W2"],
-                     "n/a" if coarse is None else coarse["min W2"], f"{c.n}/{c.coarse_n}",
+                     "n/a" if coarse is None else coarse["min W2"], f"{c.coarse_n or 'n/a'}/{c.n}",
                      until, "yes" if fine["t*"] <= until else "no"))
     return rows, points
 
@@ -625,7 +625,7 @@ def report_all(plan, store, mode, name, wall, out=None):
                          f"{float(d['cpu_seconds']):.0f} s to t={float(d['times'][-1]):g}"
                          for d in (c.coarse, c.data) if d is not None)
         err = c.error()
-        run_rows.append((c.scenario, beta_label(c.beta), f"{c.coarse_n}/{c.n}", c.threshold,
+        run_rows.append((c.scenario, beta_label(c.beta), f"{c.coarse_n or 'n/a'}/{c.n}", c.threshold,
                          "n/a" if err is None else float(np.max(err)), c.converged_until(),
                          float(c.data["w2"][-1]), float(c.late()[-1]), secs))
     text.append(table(run_rows, ["scenario", "beta", "n coarse/fine", "threshold",
