@@ -46,6 +46,7 @@ from scipy.optimize import minimize_scalar
 
 import spherepde as sp
 from spherepde import io
+from spherepde.density.finite_volume import locate
 from spherepde.sphere import rotation_about_axis
 
 VERSION = 1
@@ -56,8 +57,12 @@ CONVERGED_FRACTION = 0.05
 #: t_dep: the first time after t* at which W2(rho_t, Pi#rho_0) exceeds its minimum by this
 #: fraction of the minimum.
 DEP_FRACTION = 0.5
-#: t_term: the first time at which W2(rho_t, terminal measure) falls below this (chordal).
-TERM_LEVEL = 0.1
+#: t_term: the first time after t* at which W2(rho_t, terminal measure) has covered all but
+#: TERM_FRACTION of its fall from t* to its settled value. At finite beta the mass settles
+#: on clusters of width ~ beta^-1/2 about the terminal atoms (measured: W2 to them at the end
+#: times sqrt(beta) about constant), so an absolute level is reached only at large beta; it is
+#: reported too: t_term(TERM_LEVEL), W2 to the terminal measure first below TERM_LEVEL.
+TERM_FRACTION, TERM_LEVEL = 0.1, 0.1
 #: t_orbit: the first time at which the best-matching orbit point has turned this far (rad)
 #: from e along the lone-cluster orbit (the diagnostic of the complex scenario E1).
 ORBIT_ANGLE = 0.5
@@ -256,6 +261,7 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
     times = times[:len(arr)]
     data = {c: arr[:, j] for j, c in enumerate(COLUMNS)}
     data.update(times=times, n=np.array(n), velocity_tol=np.array(solver.velocity_tol),
+                final=np.asarray(state, dtype=np.float32),  # cell averages at times[-1]
                 resumed_seconds=np.array(spent), resumed_cpu_seconds=np.array(spent_cpu))
     if keep_snaps:
         data["snapshot_index"] = np.array(sorted(snaps))
@@ -368,9 +374,11 @@ class Curve:
         return float(self.times[k - 1]) if k > 0 else -math.inf
 
 
-def time_scales(times, w2, late, angle) -> dict:
+def time_scales(times, w2, late, angle, settled_end=True) -> dict:
     """t* (the minimum of W2 to Pi#rho_0, refined by a parabola), t_dep (W2 to Pi#rho_0 first
-    back above (1 + DEP_FRACTION) min after t*), t_term (W2 to the terminal measure first below
+    back above (1 + DEP_FRACTION) min after t*), t_term (after t*, W2 to the terminal measure
+    has covered 1 - TERM_FRACTION of its fall from its value at t* to its settled end value;
+    only when the curve settled, ``settled_end``), t_term(TERM_LEVEL) (that W2 first below
     TERM_LEVEL) and t_orbit (the orbit turned past ORBIT_ANGLE), linearly interpolated; NaN
     where not reached in the window."""
     i = int(np.argmin(w2))
@@ -392,9 +400,17 @@ def time_scales(times, w2, late, angle) -> dict:
                                                        (times[k], times[k - 1])))))
     after = times > ts
     tdep = first_crossing(np.where(after, w2, -np.inf), (1 + DEP_FRACTION) * wm, True)
-    term = math.nan if not np.isfinite(late).all() else first_crossing(late, TERM_LEVEL, False)
+    term = term_abs = math.nan
+    if np.isfinite(late).all():
+        term_abs = first_crossing(late, TERM_LEVEL, False)
+        if settled_end:
+            start = float(np.interp(ts, times, late))
+            level = late[-1] + TERM_FRACTION * (start - late[-1])
+            term = first_crossing(np.where(after, late, np.inf), level, False)
     orbit = math.nan if not np.isfinite(angle).all() else first_crossing(angle, ORBIT_ANGLE, True)
-    return {"t*": float(ts), "min W2": wm, "t_dep": tdep, "t_term": term, "t_orbit": orbit}
+    return {"t*": float(ts), "min W2": wm, "t_dep": tdep, "t_term": term,
+            f"t_term({TERM_LEVEL:g})": term_abs, "t_orbit": orbit,
+            "W2 to terminal at end": float(late[-1]) if np.isfinite(late).all() else math.nan}
 
 
 def collect(plan: Plan, store, missing: list) -> list[Curve]:
@@ -414,17 +430,23 @@ def collect(plan: Plan, store, missing: list) -> list[Curve]:
     return curves
 
 
+def scales_of(d) -> dict:
+    """:func:`time_scales` of a saved piece."""
+    rows = np.column_stack([d[c] for c in COLUMNS])
+    return time_scales(d["times"], d["w2"], d["w2_term"], d["orbit_angle"],
+                       settled(d["times"], rows))
+
+
 def scales_rows(curves: list[Curve]):
     """Rows of the time-scale table: each scale at the fine and the coarse resolution, and
     whether the pair agrees there (converged up to past the scale)."""
     rows, points = [], []
     for c in curves:
-        fine = time_scales(c.times, c.data["w2"], c.data["w2_term"], c.data["orbit_angle"])
-        coarse = None if c.coarse is None else time_scales(
-            c.coarse["times"], c.coarse["w2"], c.coarse["w2_term"], c.coarse["orbit_angle"])
+        fine = scales_of(c.data)
+        coarse = None if c.coarse is None else scales_of(c.coarse)
         until = c.converged_until()
-        for key in ("t*", "t_dep", "t_term", "t_orbit"):
-            if key == "t_term" and not np.isfinite(c.data["w2_term"]).all():
+        for key in ("t*", "t_dep", "t_term", f"t_term({TERM_LEVEL:g})", "t_orbit"):
+            if key.startswith("t_term") and not np.isfinite(c.data["w2_term"]).all():
                 continue
             if key == "t_orbit" and not np.isfinite(c.data["orbit_angle"]).all():
                 continue
@@ -530,21 +552,25 @@ def density_figure(plan, store, curves, scenario):
         if d is None:
             continue
         model = model_for(scenario, c.beta)
-        centers = sp.FiniteVolumeSolver(model, n).mesh.centers
-        sc = time_scales(d["times"], d["w2"], d["w2_term"], d["orbit_angle"])
+        mesh = sp.FiniteVolumeSolver(model, n).mesh
+        glat, glon = np.linspace(-np.pi / 2, np.pi / 2, 91), np.linspace(-np.pi, np.pi, 181)
+        LA, LO = np.meshgrid(0.5 * (glat[1:] + glat[:-1]), 0.5 * (glon[1:] + glon[:-1]),
+                             indexing="ij")
+        xyz = np.stack([np.cos(LA) * np.cos(LO), np.cos(LA) * np.sin(LO), np.sin(LA)], -1)
+        cell = locate(mesh, xyz.reshape(-1, 3)).reshape(LA.shape)  # the cell under each pixel
+        sc = scales_of(d)
         snap_t = d["times"][d["snapshot_index"]]
         want = [("approach", sc["t*"] / 2),
                 ("departure" if np.isfinite(sc["t_dep"]) else "closest", sc["t_dep"]
                  if np.isfinite(sc["t_dep"]) else sc["t*"]), ("late", snap_t[-1])]
         vals = d["snapshots"].astype(float)
         lo, hi = np.log10(max(vals.max() * 1e-4, 1e-8)), np.log10(vals.max())
-        lat, lon = _lat_lon(centers)
         diag = Diagnostics(model, initial())
         for k, (label, t) in enumerate(want):
             j = int(np.argmin(np.abs(snap_t - t)))
             ax = fig.add_subplot(len(mine), 3, 3 * r + k + 1, projection="mollweide")
-            im = ax.scatter(lon, lat, c=np.log10(np.maximum(vals[j], 10 ** lo)), s=1.0,
-                            vmin=lo, vmax=hi, cmap="magma", rasterized=True)
+            im = ax.pcolormesh(glon, glat, np.log10(np.maximum(vals[j][cell], 10 ** lo)),
+                               vmin=lo, vmax=hi, cmap="magma", shading="flat", rasterized=True)
             la, lo_ = _lat_lon(diag.limit.points if diag.limit.n <= 2
                                else diag.limit.points[::50])
             ax.plot(lo_, la, "*" if diag.limit.n <= 2 else ".", color="cyan", ms=8 if
@@ -602,6 +628,37 @@ def eigen_text(plan) -> list[str]:
     return lines
 
 
+def side_masses(plan, curves):
+    """Rows (scenario, beta, n, t, m+ of the terminal measure, mass of rho_t on that atom's
+    side of u^perp at the piece's end): the terminal atoms' masses against the ones reached.
+    From the final state (pieces that saved it) or the last snapshot of a settled piece."""
+    rows = []
+    for c in curves:
+        model = model_for(c.scenario, c.beta)
+        try:
+            term = model.terminal_measure(initial())
+        except sp.model.AssumptionError:
+            continue
+        u = eigen_data(c.scenario)["u"]
+        for d in (c.coarse, c.data):
+            if d is None:
+                continue
+            n = int(d["n"])
+            if "final" in d:
+                avg, t = d["final"].astype(float), float(d["times"][-1])
+            elif "snapshots" in d and scales_of(d)["t_term"] == scales_of(d)["t_term"]:
+                avg, t = d["snapshots"][-1].astype(float), float(
+                    d["times"][d["snapshot_index"][-1]])
+            else:
+                continue
+            mesh = sp.FiniteVolumeSolver(model, n).mesh
+            mass = avg * mesh.areas
+            k = int(np.argmax(term.points @ u))  # the atom on u's side
+            rows.append((c.scenario, beta_label(c.beta), n, t, float(term.weights[k]),
+                         float(mass[mesh.centers @ u > 0].sum() / mass.sum())))
+    return rows
+
+
 def report_all(plan, store, mode, name, wall, out=None):
     missing = []
     curves = collect(plan, store, missing)
@@ -625,7 +682,8 @@ def report_all(plan, store, mode, name, wall, out=None):
                          f"{float(d['cpu_seconds']):.0f} s to t={float(d['times'][-1]):g}"
                          for d in (c.coarse, c.data) if d is not None)
         err = c.error()
-        run_rows.append((c.scenario, beta_label(c.beta), f"{c.coarse_n or 'n/a'}/{c.n}", c.threshold,
+        run_rows.append((c.scenario, beta_label(c.beta), f"{c.coarse_n or 'n/a'}/{c.n}",
+                         c.threshold,
                          "n/a" if err is None else float(np.max(err)), c.converged_until(),
                          float(c.data["w2"][-1]), float(c.late()[-1]), secs))
     text.append(table(run_rows, ["scenario", "beta", "n coarse/fine", "threshold",
@@ -633,14 +691,24 @@ def report_all(plan, store, mode, name, wall, out=None):
                                  "W2 to terminal (E1: orbit) at end", "cost"]))
     text += ["", f"Time scales (fine resolution; 'converged': the two resolutions agree up to "
              f"past it). t* = argmin W2(ρ_t, Π#ρ0); t_dep: W2 to Π#ρ0 back above "
-             f"{1 + DEP_FRACTION:g}× its minimum; t_term: W2 to the terminal measure below "
-             f"{TERM_LEVEL:g}; t_orbit: the best-matching orbit point {ORBIT_ANGLE:g} rad "
-             "along the lone-cluster orbit from e. NaN: not reached in the window.", "",
+             f"{1 + DEP_FRACTION:g}× its minimum; t_term: W2 to the terminal measure has covered "
+             f"{1 - TERM_FRACTION:.0%} of its fall from t* to its settled value (only for a "
+             f"settled piece); t_term({TERM_LEVEL:g}): it falls below {TERM_LEVEL:g}; "
+             f"t_orbit: the best-matching orbit point {ORBIT_ANGLE:g} rad along the "
+             "lone-cluster orbit from e. NaN: not reached in the window.", "",
              table(rows, ["scenario", "beta", "scale", "fine", "coarse", "n", "agree until",
                           "converged"]), "",
              f"Fits over converged values (at least {MIN_FIT_BETAS} distinct β):", "",
              table(fit_rows, ["scenario", "scale", "points", "against log β", "R²",
                               "against β", "R²"])]
+    masses = side_masses(plan, curves)
+    if masses:
+        text += ["", "The terminal atoms' masses: the conjectured m+ (Π#ρ0's mass carried to the "
+                 "atom on u's side of u^⊥) against ρ_t's mass on that side at the piece's end. "
+                 "A mass δm on the wrong side alone puts W2 to the terminal measure at about "
+                 "sqrt(4 δm) (chordal distance 2 between ±v).", "",
+                 table(masses, ["scenario", "beta", "n", "t", "conjectured m+",
+                                "reached m+"])]
     figs = {f"{name}_{sc}": curve_figure(plan, curves, sc) for sc in plan.scenarios
             if any(c.scenario == sc for c in curves)}
     for sc in plan.scenarios:
