@@ -379,7 +379,8 @@ def time_scales(times, w2, late, angle, settled_end=True) -> dict:
     back above (1 + DEP_FRACTION) min after t*), t_term (after t*, W2 to the terminal measure
     has covered 1 - TERM_FRACTION of its fall from its value at t* to its settled end value;
     only when the curve settled, ``settled_end``), t_term(TERM_LEVEL) (that W2 first below
-    TERM_LEVEL) and t_orbit (the orbit turned past ORBIT_ANGLE), linearly interpolated; NaN
+    TERM_LEVEL) and t_orbit (after t*, the orbit turned past ORBIT_ANGLE), linearly
+    interpolated; NaN
     where not reached in the window."""
     i = int(np.argmin(w2))
     ts, wm = float(times[i]), float(w2[i])
@@ -407,7 +408,8 @@ def time_scales(times, w2, late, angle, settled_end=True) -> dict:
             start = float(np.interp(ts, times, late))
             level = late[-1] + TERM_FRACTION * (start - late[-1])
             term = first_crossing(np.where(after, late, np.inf), level, False)
-    orbit = math.nan if not np.isfinite(angle).all() else first_crossing(angle, ORBIT_ANGLE, True)
+    orbit = math.nan if not np.isfinite(angle).all() else first_crossing(
+        np.where(after, angle, -np.inf), ORBIT_ANGLE, True)
     return {"t*": float(ts), "min W2": wm, "t_dep": tdep, "t_term": term,
             f"t_term({TERM_LEVEL:g})": term_abs, "t_orbit": orbit,
             "W2 to terminal at end": float(late[-1]) if np.isfinite(late).all() else math.nan}
