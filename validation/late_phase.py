@@ -632,7 +632,8 @@ def eigen_text(plan) -> list[str]:
 
 def side_masses(plan, curves):
     """Rows (scenario, beta, n, t, m+ of the terminal measure, mass of rho_t on that atom's
-    side of u^perp at the piece's end): the terminal atoms' masses against the ones reached.
+    side of u^perp at the piece's end, sqrt(4 |difference|), W2 to the terminal measure then):
+    the terminal atoms' masses against the ones reached.
     From the final state (pieces that saved it) or the last snapshot of a settled piece."""
     rows = []
     for c in curves:
@@ -647,17 +648,19 @@ def side_masses(plan, curves):
                 continue
             n = int(d["n"])
             if "final" in d:
-                avg, t = d["final"].astype(float), float(d["times"][-1])
-            elif "snapshots" in d and scales_of(d)["t_term"] == scales_of(d)["t_term"]:
-                avg, t = d["snapshots"][-1].astype(float), float(
-                    d["times"][d["snapshot_index"][-1]])
+                avg, i = d["final"].astype(float), len(d["times"]) - 1
+            elif "snapshots" in d and np.isfinite(scales_of(d)["t_term"]):
+                avg, i = d["snapshots"][-1].astype(float), int(d["snapshot_index"][-1])
             else:
                 continue
             mesh = sp.FiniteVolumeSolver(model, n).mesh
             mass = avg * mesh.areas
             k = int(np.argmax(term.points @ u))  # the atom on u's side
-            rows.append((c.scenario, beta_label(c.beta), n, t, float(term.weights[k]),
-                         float(mass[mesh.centers @ u > 0].sum() / mass.sum())))
+            reached = float(mass[mesh.centers @ u > 0].sum() / mass.sum())
+            rows.append((c.scenario, beta_label(c.beta), n, float(d["times"][i]),
+                         float(term.weights[k]), reached,
+                         math.sqrt(4 * abs(reached - term.weights[k])),
+                         float(d["w2_term"][i])))
     return rows
 
 
@@ -710,7 +713,7 @@ def report_all(plan, store, mode, name, wall, out=None):
                  "A mass δm on the wrong side alone puts W2 to the terminal measure at about "
                  "sqrt(4 δm) (chordal distance 2 between ±v).", "",
                  table(masses, ["scenario", "beta", "n", "t", "conjectured m+",
-                                "reached m+"])]
+                                "reached m+", "sqrt(4 δm)", "W2 to terminal"])]
     figs = {f"{name}_{sc}": curve_figure(plan, curves, sc) for sc in plan.scenarios
             if any(c.scenario == sc for c in curves)}
     for sc in plan.scenarios:
