@@ -35,14 +35,22 @@ def test_orbit_diagnostic_is_zero_on_the_projected_measure_and_on_its_orbit():
 
 def test_time_scales_of_a_closed_form_curve():
     # w2 = |t - 3| + 0.1 has its minimum 0.1 at t* = 3; with DEP_FRACTION it is back at
-    # (1 + f) 0.1 at t = 3 + 0.1 f; late = e^{-t} falls below TERM_LEVEL at -log(TERM_LEVEL).
+    # (1 + f) 0.1 at t = 3 + 0.1 f; late = e^{-t} falls below a level L at -log(L).
     t = np.linspace(0.0, 10.0, 201)
     sc = lp.time_scales(t, np.abs(t - 3) + 0.1, np.exp(-t), np.full_like(t, np.nan))
     assert abs(sc["t*"] - 3) < 1e-12 and abs(sc["min W2"] - 0.1) < 1e-12
     assert abs(sc["t_dep"] - (3 + 0.1 * lp.DEP_FRACTION)) < 1e-12  # linear: interpolation exact
-    # e^{-t} interpolated linearly between outputs 0.05 apart: error <= h^2/8 max|y''| / |y'|
-    assert abs(sc["t_term"] + math.log(lp.TERM_LEVEL)) < 0.05 ** 2
+    # e^{-t} interpolated linearly between outputs h = 0.05 apart: the crossing is off by at
+    # most h^2/8 max|y''| / min|y'| = h^2/8 e^{h} on the interval
+    tol = 0.05 ** 2 / 8 * math.exp(0.05)
+    assert abs(sc[f"t_term({lp.TERM_LEVEL:g})"] + math.log(lp.TERM_LEVEL)) < tol
+    # relative: 1 - TERM_FRACTION of the fall from e^{-3} (at t*) to e^{-10} (the end)
+    level = math.exp(-10) + lp.TERM_FRACTION * (math.exp(-3) - math.exp(-10))
+    assert abs(sc["t_term"] + math.log(level)) < tol
     assert math.isnan(sc["t_orbit"])
+    # a curve that has not settled has no relative terminal time
+    assert math.isnan(lp.time_scales(t, np.abs(t - 3) + 0.1, np.exp(-t), np.full_like(t, np.nan),
+                                     settled_end=False)["t_term"])
 
 
 def test_late_phase_quick_runs_end_to_end(tmp_path):
