@@ -730,6 +730,17 @@ def report_all(plan, store, mode, name, wall, out=None):
                  "sqrt(4 δm) (chordal distance 2 between ±v).", "",
                  table(masses, ["scenario", "beta", "n", "t", "conjectured m+",
                                 "reached m+", "sqrt(4 δm)", "W2 to terminal"])]
+        for scenario in plan.scenarios:
+            finest = {}
+            for r in masses:  # rows run coarse to fine: the last per beta is the finest
+                if r[0] == scenario and math.isfinite(float(r[1])):
+                    finest[float(r[1])] = abs(r[5] - r[4])
+            if len(finest) >= MIN_FIT_BETAS and min(finest.values()) > 0:
+                b = np.array(sorted(finest))
+                dm = np.array([finest[x] for x in b])
+                p = np.polyfit(np.log(b), np.log(dm), 1)
+                text += ["", f"{scenario}: the misplaced mass δm ∝ β^{p[0]:.2f} over β = "
+                         f"{', '.join(f'{x:g}' for x in b)} (finest resolution each)."]
     figs = {f"{name}_{sc}": curve_figure(plan, curves, sc) for sc in plan.scenarios
             if any(c.scenario == sc for c in curves)}
     for sc in plan.scenarios:
