@@ -458,7 +458,7 @@ def scales_of(d) -> dict:
 def scales_rows(curves: list[Curve]):
     """Rows of the time-scale table: each scale at the fine and the coarse resolution, and
     whether the pair agrees there (converged up to past the scale)."""
-    rows, points = [], []
+    rows, points, every = [], [], []
     for c in curves:
         fine = scales_of(c.data)
         coarse = None if c.coarse is None else scales_of(c.coarse)
@@ -475,10 +475,12 @@ def scales_rows(curves: list[Curve]):
                          until, "yes" if ok else "no"))
             if ok:
                 points.append((c.scenario, key, c.beta, v))
+            if np.isfinite(v):
+                every.append((c.scenario, key, c.beta, v))
         rows.append((c.scenario, beta_label(c.beta), "min W2", fine["min W2"],
                      "n/a" if coarse is None else coarse["min W2"], f"{c.coarse_n or 'n/a'}/{c.n}",
                      until, "yes" if fine["t*"] <= until else "no"))
-    return rows, points
+    return rows, points, every
 
 
 def fits(points):
@@ -683,7 +685,7 @@ def side_masses(plan, curves):
 def report_all(plan, store, mode, name, wall, out=None):
     missing = []
     curves = collect(plan, store, missing)
-    rows, points = scales_rows(curves)
+    rows, points, every = scales_rows(curves)
     fit_rows = fits(points)
     text = [f"Mode `{mode}`; this invocation {wall:.0f} s (saved pieces count with the time "
             "they took). Finite volumes, multirate stepping (the solver's defaults), output every "
@@ -721,7 +723,11 @@ def report_all(plan, store, mode, name, wall, out=None):
                           "converged"]), "",
              f"Fits over converged values (at least {MIN_FIT_BETAS} distinct β):", "",
              table(fit_rows, ["scenario", "scale", "points", "against log β", "R²",
-                              "against β", "R²"])]
+                              "against β", "R²"]), "",
+             "**Not converged, orientation only:** the same fits over the finest resolution's "
+             "values whether or not its coarser partner agrees (these are not results):", "",
+             table(fits(every), ["scenario", "scale", "points", "against log β", "R²",
+                                 "against β", "R²"])]
     masses = side_masses(plan, curves)
     if masses:
         text += ["", "The terminal atoms' masses: the conjectured m+ (Π#ρ0's mass carried to the "
