@@ -54,9 +54,9 @@ def test_time_scales_of_a_closed_form_curve():
 
 
 def test_late_phase_quick_runs_end_to_end(tmp_path):
-    # The quick plan cut to one beta and the window [0, 1]: every piece, the report and the
+    # The quick plan cut to one beta and the window [0, 0.5]: every piece, the report and the
     # figures, written under tmp_path only.
-    lp.main(["--quick", "--t-end", "1.0", "--store", str(tmp_path)])
+    lp.main(["--quick", "--t-end", "0.5", "--store", str(tmp_path)])
     text = (tmp_path / "late_phase_quick.md").read_text()
     assert "terminal measure" in text and "t_dep" in text
     for sc in ("R1", "E1", "E2"):
@@ -64,4 +64,4 @@ def test_late_phase_quick_runs_end_to_end(tmp_path):
     assert len(list(tmp_path.glob("*_fv_beta=16_*.npz"))) == 5  # R1, E1 at n = 8, 16; E2 at 8
     d = sp.io.load_npz(next(tmp_path.glob("R1_fv_beta=16_n=16_*.npz")))
     # W2 to Pi#rho_0 starts where the low-temperature study's does (the same rho_0 and E)
-    assert d["w2"][0] > 0.9 and len(d["times"]) == 3
+    assert d["w2"][0] > 0.9 and len(d["times"]) == 2

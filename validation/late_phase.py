@@ -21,7 +21,7 @@ interval at a time, each piece checkpointed and saved under validation/output/la
 through the low-temperature study's checkpoint helpers (a rerun resumes or reuses).
 
 Run:
-    .venv/bin/python validation/late_phase.py --quick         # a few minutes on 2 cores
+    .venv/bin/python validation/late_phase.py --quick         # 93 CPU s (2 idle cores: minutes)
     .venv/bin/python validation/late_phase.py                 # the full study (hours)
     .venv/bin/python validation/late_phase.py --piece R1 256 128   # one piece (background)
     .venv/bin/python validation/late_phase.py --report-only
@@ -684,6 +684,8 @@ def side_masses(plan, curves):
 
 
 def report_all(plan, store, mode, name, wall, out=None):
+    """The report of the plan's saved pieces: tables of the scenarios, runs, time scales, fits
+    and terminal masses, and the figures (under ``out``, default validation/output)."""
     missing = []
     curves = collect(plan, store, missing)
     rows, points, every = scales_rows(curves)
@@ -748,6 +750,13 @@ def report_all(plan, store, mode, name, wall, out=None):
                 p = np.polyfit(np.log(b), np.log(dm), 1)
                 text += ["", f"{scenario}: the misplaced mass δm ∝ β^{p[0]:.2f} over β = "
                          f"{', '.join(f'{x:g}' for x in b)} (finest resolution each)."]
+    write_outputs(plan, store, curves, name, text, OUT if out is None else Path(out))
+    return curves
+
+
+def write_outputs(plan, store, curves, name, text, folder):
+    """The figures (one per scenario, and its density maps) and the markdown report, written
+    atomically under ``folder``."""
     figs = {f"{name}_{sc}": curve_figure(plan, curves, sc) for sc in plan.scenarios
             if any(c.scenario == sc for c in curves)}
     for sc in plan.scenarios:
@@ -755,7 +764,6 @@ def report_all(plan, store, mode, name, wall, out=None):
         if f is not None:
             figs[f"{name}_{sc}_maps"] = f
     body = "\n".join(text) + "\n\n" + "\n\n".join(f"![{k}]({k}.png)" for k in figs)
-    folder = OUT if out is None else Path(out)
     for k, f in figs.items():
         with io.atomic_path(folder / f"{k}.png", ".png") as tmp:
             f.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
@@ -763,7 +771,6 @@ def report_all(plan, store, mode, name, wall, out=None):
     io.write_text(folder / f"{name}.md", "# The late phase: from Π#ρ0 to the terminal measure "
                   f"(docs/theory.md §3.4)\n\n{body}\n")
     print(body)
-    return curves
 
 
 def pieces_of(plan: Plan):
