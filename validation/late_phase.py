@@ -432,14 +432,33 @@ def time_scales(times, w2, late, angle, settled_end=True) -> dict:
             "W2 to terminal at end": float(late[-1]) if np.isfinite(late).all() else math.nan}
 
 
+def unfinished(store, scenario, beta, n, times) -> dict | None:
+    """A piece's checkpoint as a piece cut at the output it reached (``partial`` set), or
+    None: an unfinished piece still compares with a finished one up to there."""
+    path = piece_path(store, scenario, beta, n, times)[0]
+    partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
+    if not partial.exists():
+        return None
+    saved = io.load_npz(partial)
+    rows = np.array(saved["rows"])
+    d = {c: rows[:, j] for j, c in enumerate(COLUMNS)}
+    d.update(times=np.asarray(saved["times"])[:len(rows)], n=np.array(n),
+             seconds=saved["seconds"], cpu_seconds=saved["cpu_seconds"], partial=True)
+    return d
+
+
 def collect(plan: Plan, store, missing: list) -> list[Curve]:
+    """The (scenario, beta) curves of the plan's saved pieces, finished ones first and then
+    the checkpoints of unfinished ones; the pieces with neither go to ``missing``."""
     curves = []
     for scenario in plan.scenarios:
         for beta in plan.betas:
             res = plan.cells[scenario]
-            data = {n: piece(store, scenario, beta, n, plan.times, compute=False) for n in res}
-            missing += [f"{scenario} β={beta_label(beta)} n={n}" for n, d in data.items()
-                        if d is None]
+            data = {n: piece(store, scenario, beta, n, plan.times, compute=False)
+                    or unfinished(store, scenario, beta, n, plan.times) for n in res}
+            missing += [f"{scenario} β={beta_label(beta)} n={n}" + (
+                "" if d is None else f" (unfinished: to t = {float(d['times'][-1]):g})")
+                for n, d in data.items() if d is None or "partial" in d]
             have = [n for n in res if data[n] is not None]
             if not have:
                 continue
@@ -453,7 +472,7 @@ def scales_of(d) -> dict:
     """:func:`time_scales` of a saved piece."""
     rows = np.column_stack([d[c] for c in COLUMNS])
     return time_scales(d["times"], d["w2"], d["w2_term"], d["orbit_angle"],
-                       settled(d["times"], rows))
+                       "partial" not in d and settled(d["times"], rows))
 
 
 def scales_rows(curves: list[Curve]):
@@ -470,7 +489,9 @@ def scales_rows(curves: list[Curve]):
             if key == "t_orbit" and not np.isfinite(c.data["orbit_angle"]).all():
                 continue
             v = fine[key]
-            ok = np.isfinite(v) and v <= until
+            # strictly inside the agreed window: a minimum at the end of an unfinished piece
+            # is no minimum
+            ok = bool(np.isfinite(v) and v < until)
             rows.append((c.scenario, beta_label(c.beta), key, v,
                          "n/a" if coarse is None else coarse[key], f"{c.coarse_n or 'n/a'}/{c.n}",
                          until, "yes" if ok else "no"))
@@ -480,7 +501,7 @@ def scales_rows(curves: list[Curve]):
                 every.append((c.scenario, key, c.beta, v))
         rows.append((c.scenario, beta_label(c.beta), "min W2", fine["min W2"],
                      "n/a" if coarse is None else coarse["min W2"], f"{c.coarse_n or 'n/a'}/{c.n}",
-                     until, "yes" if fine["t*"] <= until else "no"))
+                     until, "yes" if fine["t*"] < until else "no"))
     return rows, points, every
 
 
@@ -695,8 +716,9 @@ def report_all(plan, store, mode, name, wall, out=None):
             f"{DT:g}; a piece stops early once settled (W2 moved < {SETTLE_TOL:g} over "
             f"{SETTLE_WINDOW:g} time units after the late phase began).", ""]
     if missing:
-        text += [f"**Partial:** {len(missing)} pieces of the `{mode}` plan are not computed; the "
-                 "curves use the two finest saved resolutions: " + "; ".join(missing) + ".", ""]
+        text += [f"**Partial:** {len(missing)} pieces of the `{mode}` plan are not computed or "
+                 "unfinished; the curves use the two finest saved resolutions (an unfinished "
+                 "one up to where it stopped): " + "; ".join(missing) + ".", ""]
     text += eigen_text(plan)
     text += ["", "Runs (wall / CPU seconds per resolution; 'agree until': the last output time "
              "up to which the two finest resolutions agree within the threshold, "
