@@ -655,9 +655,10 @@ def eigen_text(plan) -> list[str]:
     rows = []
     for scenario in plan.scenarios:
         m = model_for(scenario, 64.0)
-        lim = m.limit_measure(initial())
+        mu0 = diagnostic_start(scenario)
+        lim = m.limit_measure(mu0)
         try:
-            term = m.terminal_measure(initial())
+            term = m.terminal_measure(mu0)
             t = "; ".join(f"{w:.4f} at {_fmt_vec(x)}" for x, w in zip(term.points, term.weights,
                                                                        strict=True))
         except sp.model.AssumptionError:
