@@ -277,6 +277,135 @@ class Model:
         w = cloud.weights[keep]
         return PointCloud(px[keep], w / w.sum())
 
+    def _dominant_spectrum_of_V(self):
+        """(eigenvalues, right eigenvectors R, R^-1, indices of the dominant ones): V = R Λ R^-1,
+        dominant = largest real part (within EIGEN_RTOL)."""
+        ev, R = np.linalg.eig(self.V)
+        scale = max(1.0, float(np.abs(ev).max()))
+        if np.linalg.cond(R) > 1.0 / (EIGEN_RTOL * 1e-3):
+            raise AssumptionError("V is not diagonalisable (a Jordan block): the cluster flow's "
+                                  "limit is not the projection onto an eigenspace; perturb V")
+        top = float(ev.real.max())
+        dom = np.flatnonzero(ev.real >= top - EIGEN_RTOL * scale)
+        return ev, R, np.linalg.inv(R), dom
+
+    def cluster_flow(self, x, t) -> np.ndarray:
+        r"""The flow of a cluster that attends only to itself, :math:`\dot x = P_x V x`.
+
+        Closed form: the normalised linear flow
+
+        .. math:: \Phi_t(x) = e^{tV}x / |e^{tV}x|
+
+        (differentiate: :math:`\dot\Phi = V\Phi - \langle\Phi, V\Phi\rangle\Phi`). At
+        ``t = np.inf`` it is the limit, which exists when V's eigenvalues of largest real part
+        are one real eigenvalue :math:`\lambda` (any multiplicity, V diagonalisable there):
+        :math:`\Phi_\infty(x) = P x/|P x|` with P the spectral projector of V onto the
+        eigenspace of :math:`\lambda`. For a simple :math:`\lambda` with right eigenvector v and
+        left eigenvector u (:math:`u^\top V = \lambda u^\top`, :math:`\langle u, v\rangle > 0`)
+        this is :math:`\mathrm{sign}\langle u, x\rangle\, v`: the side of the invariant
+        hyperplane :math:`u^\perp` (not :math:`v^\perp` unless V is normal) decides the sign.
+        Under SA (and for one cluster under USA, up to a speed factor) this is the motion
+        of an atom whose attention falls on itself alone: docs/theory.md, terminal phase.
+
+        Parameters
+        ----------
+        x : array_like (..., d)
+            Points of the sphere.
+        t : float
+            Flow time, >= 0, or ``np.inf`` for the limit.
+
+        Returns
+        -------
+        (..., d) array; NaN rows at ``t = inf`` for points with :math:`Px = 0` (no limit
+        on the dominant eigenspace).
+
+        Raises
+        ------
+        AssumptionError
+            At ``t = inf`` when the dominant eigenvalues of V are a complex pair (the flow
+            keeps turning in their real invariant plane and has no limit), or V is not
+            diagonalisable.
+
+        Examples
+        --------
+        >>> import numpy as np, spherepde as sp
+        >>> m = sp.Model(V=np.diag([2.0, 1.0, 0.5]), beta=np.inf)
+        >>> m.cluster_flow([[0.6, 0.8, 0.0]], np.inf)
+        array([[1., 0., 0.]])
+        """
+        x = as_points(x, self.d, name="x")
+        t = float(t)
+        if not t >= 0:
+            raise ValueError(f"t must be >= 0 (or np.inf); got {t}")
+        ev, R, Rinv, dom = self._dominant_spectrum_of_V()
+        if np.isinf(t):
+            if np.abs(ev[dom].imag).max() > EIGEN_RTOL * max(1.0, float(np.abs(ev).max())):
+                raise AssumptionError(
+                    f"V's dominant eigenvalues {np.round(ev[dom], 6).tolist()} are a complex "
+                    "pair: the cluster flow turns in their real invariant plane forever and has "
+                    "no limit; ask for a finite t")
+            if dom.size == 1:
+                # sign<u, x> v exactly, so that the limits of many points coincide bit for bit
+                v = np.real(R[:, dom[0]])
+                v = v / np.linalg.norm(v)
+                u = np.real(Rinv[dom[0], :]) * np.sign(np.real(Rinv[dom[0], :] @ R[:, dom[0]]))
+                s = x @ u
+                tiny = 1e-12 * np.linalg.norm(u) * np.linalg.norm(x, axis=-1)
+                with np.errstate(invalid="ignore"):
+                    return np.where((np.abs(s) > tiny)[..., None], np.sign(s)[..., None] * v,
+                                    np.nan)
+            P = np.real(R[:, dom] @ Rinv[dom, :])
+            y = x @ P.T
+        else:
+            from scipy.linalg import expm
+
+            # shifted by the top growth rate, so that e^{tV} does not overflow for long times
+            y = x @ expm(t * (self.V - float(ev.real.max()) * np.eye(self.d))).T
+        n = np.linalg.norm(y, axis=-1, keepdims=True)
+        tiny = 1e-12 * np.linalg.norm(x, axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > tiny, y / np.where(n > 0, n, 1.0), np.nan)
+
+    def terminal_measure(self, mu0, t=np.inf) -> PointCloud:
+        r"""The conjectured terminal measure :math:`(\Phi_t)_\#\Pi_\#\mu_0`: each atom of the
+        projected limit moved by the cluster flow :meth:`cluster_flow`.
+
+        At ``t = np.inf`` (V's dominant eigenvalue real) the atoms land on V's dominant
+        eigenspace: for a simple eigenvalue, two atoms :math:`\pm v` carrying the masses of
+        :math:`\Pi_\#\mu_0` on the two sides of :math:`u^\perp` (u the left eigenvector). At a
+        finite t (any V, a complex dominant pair included) it is the projected limit moved
+        for a time t, the orbit along which a lone cluster travels.
+
+        Parameters
+        ----------
+        mu0 : Measure or PointCloud
+            The initial measure (passed to :meth:`limit_measure`).
+        t : float
+            Flow time >= 0, or ``np.inf``.
+
+        Returns
+        -------
+        PointCloud, coinciding atoms merged, weights summing to 1.
+
+        Raises
+        ------
+        ValueError
+            When atoms of :math:`\Pi_\#\mu_0` with positive mass lie on :math:`u^\perp`
+            (``t = inf``), where the limit is undefined.
+        """
+        limit = self.limit_measure(mu0)
+        y = self.cluster_flow(limit.points, t)
+        bad = np.isnan(y[:, 0]) & (limit.weights > 0)
+        if np.any(bad):
+            raise ValueError(f"{int(bad.sum())} atom(s) of Pi#mu0 lie on the invariant "
+                             "hyperplane where the cluster flow has no limit on V's dominant "
+                             "eigenspace; perturb mu0 or V")
+        keep = ~np.isnan(y[:, 0])
+        key = np.round(y[keep], 12)
+        _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        w = np.bincount(inv.ravel(), weights=limit.weights[keep], minlength=first.size)
+        return PointCloud(y[keep][first], w / w.sum())
+
     # ------------------------------------------------------------------ velocity
     def bind(self, points, weights=None, kernel: str = "auto", options=None, *,
              n_queries: int | None = None, profile=None):

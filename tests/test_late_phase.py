@@ -1,0 +1,67 @@
+"""The late-phase study end to end on a tiny configuration, and its diagnostics' closed forms."""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import spherepde as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import late_phase as lp  # noqa: E402
+
+
+def test_scenario_R1_separates_the_phases():
+    # R1 is built so that A = diag(1, 0.4, 0) exactly and V's dominant eigenvector is real and
+    # at least 0.5 rad from E = span e1.
+    m = lp.model_for("R1", 64.0)
+    np.testing.assert_allclose(m.A, lp.R1_A, atol=1e-14)  # A = A B^-1 B^T, B symmetric
+    d = lp.eigen_data("R1")
+    assert abs(d["V eigenvalues"][0].imag) == 0 and d["angle_v_E"] >= 0.5
+    assert np.all(np.linalg.eigvalsh(m.B) > 0)  # <x, Bx> > 0: a lone cluster attends to itself
+
+
+def test_orbit_diagnostic_is_zero_on_the_projected_measure_and_on_its_orbit():
+    # On Pi#rho_0 itself the best orbit point is s = 0 at distance 0, and on the orbit moved
+    # by s = 2 it is s = 2: the W2 between two-atom measures is exact (semi-discrete), so only
+    # the scalar search's tolerance (1e-4 in s) remains.
+    for scenario in ("R1", "E1"):
+        diag = lp.Diagnostics(lp.model_for(scenario, 64.0), lp.initial())
+        s, w, angle = diag.orbit_match(diag.limit)
+        assert s < 1e-3 and w < 1e-3 and angle < 1e-3
+        s, w, angle = diag.orbit_match(diag.orbit_measure(2.0))
+        assert abs(s - 2.0) < 1e-3 and w < 1e-3 and angle > 0
+
+
+def test_time_scales_of_a_closed_form_curve():
+    # w2 = |t - 3| + 0.1 has its minimum 0.1 at t* = 3; with DEP_FRACTION it is back at
+    # (1 + f) 0.1 at t = 3 + 0.1 f; late = e^{-t} falls below a level L at -log(L).
+    t = np.linspace(0.0, 10.0, 201)
+    sc = lp.time_scales(t, np.abs(t - 3) + 0.1, np.exp(-t), np.full_like(t, np.nan))
+    assert abs(sc["t*"] - 3) < 1e-12 and abs(sc["min W2"] - 0.1) < 1e-12
+    assert abs(sc["t_dep"] - (3 + 0.1 * lp.DEP_FRACTION)) < 1e-12  # linear: interpolation exact
+    # e^{-t} interpolated linearly between outputs h = 0.05 apart: the crossing is off by at
+    # most h^2/8 max|y''| / min|y'| = h^2/8 e^{h} on the interval
+    tol = 0.05 ** 2 / 8 * math.exp(0.05)
+    assert abs(sc[f"t_term({lp.TERM_LEVEL:g})"] + math.log(lp.TERM_LEVEL)) < tol
+    # relative: 1 - TERM_FRACTION of the fall from e^{-3} (at t*) to e^{-10} (the end)
+    level = math.exp(-10) + lp.TERM_FRACTION * (math.exp(-3) - math.exp(-10))
+    assert abs(sc["t_term"] + math.log(level)) < tol
+    assert math.isnan(sc["t_orbit"])
+    # a curve that has not settled has no relative terminal time
+    assert math.isnan(lp.time_scales(t, np.abs(t - 3) + 0.1, np.exp(-t), np.full_like(t, np.nan),
+                                     settled_end=False)["t_term"])
+
+
+def test_late_phase_quick_runs_end_to_end(tmp_path):
+    # The quick plan cut to one beta and the window [0, 0.5]: every piece, the report and the
+    # figures, written under tmp_path only.
+    lp.main(["--quick", "--t-end", "0.5", "--store", str(tmp_path)])
+    text = (tmp_path / "late_phase_quick.md").read_text()
+    assert "terminal measure" in text and "t_dep" in text
+    for sc in ("R1", "E1", "E2"):
+        assert (tmp_path / f"late_phase_quick_{sc}.png").exists()
+    assert len(list(tmp_path.glob("*_fv_beta=16_*.npz"))) == 5  # R1, E1 at n = 8, 16; E2 at 8
+    d = sp.io.load_npz(next(tmp_path.glob("R1_fv_beta=16_n=16_*.npz")))
+    # W2 to Pi#rho_0 starts where the low-temperature study's does (the same rho_0 and E)
+    assert d["w2"][0] > 0.9 and len(d["times"]) == 2
