@@ -40,7 +40,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from _common import OUT, table
-from low_temperature import _checkpoint, _resume, beta_label, initial
+from low_temperature import _checkpoint, _resume, beta_label, initial, save_piece
 from low_temperature import model_for as low_temperature_model
 from scipy.optimize import minimize_scalar
 
@@ -315,14 +315,7 @@ def piece(store, scenario, beta, n, times, compute=True):
     t0, c0 = time.perf_counter(), time.process_time()
     partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
     data = run_finite_volume(scenario, beta, n, times, partial=partial)
-    data["seconds"] = np.array(time.perf_counter() - t0 + float(data.pop("resumed_seconds")))
-    data["cpu_seconds"] = np.array(time.process_time() - c0
-                                   + float(data.pop("resumed_cpu_seconds")))
-    io.save_npz(path, meta=spec, **data)
-    partial.unlink(missing_ok=True)
-    print(f"    done in {float(data['seconds']):.0f} s (CPU {float(data['cpu_seconds']):.0f} s)",
-          flush=True)
-    return io.load_npz(path)
+    return save_piece(path, spec, data, t0, c0, partial)
 
 
 @dataclass

@@ -409,7 +409,13 @@ def piece(store, scenario, solver, beta, res, times, fresh=False, compute=True):
         data = RUNNERS[solver](scenario, beta, res, times, partial=partial)
     else:
         data = RUNNERS[solver](scenario, beta, res, times)
-    # A resumed piece counts the time of its earlier sittings too.
+    return save_piece(path, spec, data, t0, c0, partial)
+
+
+def save_piece(path, spec, data, t0, c0, partial):
+    """Save a finished piece atomically with its wall and CPU seconds since (t0, c0), plus
+    those of its earlier sittings (a resumed piece counts them too), drop its checkpoint and
+    return the piece as saved."""
     data["seconds"] = np.array(time.perf_counter() - t0 + float(data.pop("resumed_seconds", 0.0)))
     data["cpu_seconds"] = np.array(time.process_time() - c0
                                    + float(data.pop("resumed_cpu_seconds", 0.0)))
