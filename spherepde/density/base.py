@@ -358,6 +358,35 @@ class DensitySolver:
                      "sht_library")
 
 
+class CellMassStepping:
+    """The two step controls of the cell-mass solvers (finite volumes on S^2, zonal cells on
+    S^{d-1}), each a :class:`spherepde.timestepping.StepController` for the one time driver.
+
+    A subclass provides ``tendency(t, m) -> (dm/dt, r)`` (the field at that state, r the
+    largest outflow rate), ``transport(m, u) -> (dm/dt, r)`` (the same for a given field u),
+    ``macro_field(t, m) -> u``, ``field_defect(u, u_ref, m) -> float`` (the relative change
+    that sizes a macro step) and the attributes ``scheme``, ``cfl``, ``macro_tol`` and
+    ``max_steps``."""
+
+    def per_stage_controller(self) -> timestepping.PositivityRate:
+        """The field at every Runge–Kutta stage; dt = cfl/r, re-taken with cfl/r' when a later
+        stage's rate r' is larger (:class:`~spherepde.timestepping.PositivityRate`)."""
+        return timestepping.PositivityRate(self.tendency, timestepping.get_scheme(self.scheme),
+                                           self.cfl)
+
+    def multirate_controller(self) -> timestepping.Multirate:
+        """The field once per macro step (its length set by ``macro_tol``), the transport
+        substepped inside under the positivity bound with the field extrapolated linearly in
+        time (:class:`spherepde.timestepping.Multirate`)."""
+        tab, transport, cfl = timestepping.get_scheme(self.scheme), self.transport, self.cfl
+
+        def substeps(u_of):
+            return timestepping.PositivityRate(lambda s, m: transport(m, u_of(s)), tab, cfl)
+
+        return timestepping.Multirate(self.macro_field, substeps, self.field_defect,
+                                      self.macro_tol, max_substeps=self.max_steps)
+
+
 def initial_measure(density0, d):
     """What a solution keeps as its initial measure: the measure itself, a callable on S^2
     wrapped as a measure, anything else (coefficients, a callable on S^1) as it was given."""

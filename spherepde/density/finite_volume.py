@@ -41,6 +41,7 @@ from ..interaction.operators import DirectQuadrature, ZeroTemperature, choose_op
 from ..registry import Registry
 from ..sphere.cubed_sphere import PANELS, CubedSphere
 from .base import (
+    CellMassStepping,
     DensitySolution,
     DensitySolver,
     Resolution,
@@ -219,7 +220,7 @@ def _check_common(scheme_name, cfl, limiter):
     LIMITERS.check(limiter)
 
 
-class _CellMassSolver(DensitySolver):
+class _CellMassSolver(CellMassStepping, DensitySolver):
     """What the two finite-volume solvers share: the mesh and the scheme, the state (cell
     masses), the initial cell integrals and the positivity step control (:meth:`integrate`).
     A subclass sets :attr:`field` (an :class:`EdgeVelocity`) and, for the diagnostics'
@@ -327,23 +328,17 @@ class _CellMassSolver(DensitySolver):
         timestepping.march(controller, y0, times, callback=callback, progress=progress,
                            keep=lambda i: False, stats=stats, max_steps=self.max_steps)
 
-    def per_stage_controller(self) -> timestepping.PositivityRate:
-        """The velocity evaluated at every Runge–Kutta stage, every step dt = cfl/r."""
-        return timestepping.PositivityRate(self.tendency, timestepping.get_scheme(self.scheme),
-                                           self.cfl)
+    def transport(self, masses, u):
+        """(dm/dt, positivity rate) of the cell masses under the edge velocities u."""
+        return self.fv.tendency(masses, u)
 
-    def multirate_controller(self) -> timestepping.Multirate:
-        """The velocity evaluated once per macro step (its length set by ``macro_tol``), the
-        transport substepped inside under the positivity bound with the velocity extrapolated
-        linearly in time (:class:`spherepde.timestepping.Multirate`)."""
-        tab = timestepping.get_scheme(self.scheme)
-        fv, cfl = self.fv, self.cfl
+    def macro_field(self, t, masses):
+        """The edge velocities of a macro step (:class:`CellMassStepping`)."""
+        return self.field(t, masses)
 
-        def substeps(u_of):
-            return timestepping.PositivityRate(lambda s, m: fv.tendency(m, u_of(s)), tab, cfl)
-
-        return timestepping.Multirate(self.field, substeps, self.velocity_defect, self.macro_tol,
-                                      max_substeps=self.max_steps)
+    def field_defect(self, u, u_ref, masses) -> float:
+        """:meth:`velocity_defect`, the change that sizes a macro step."""
+        return self.velocity_defect(u, u_ref, masses)
 
     def velocity_defect(self, u, u_ref, masses) -> float:
         r"""The density-weighted RMS of u - u_ref relative to that of u,

@@ -39,6 +39,7 @@ from ..registry import Registry
 from ..sphere import log_sphere_area
 from .base import (
     MASS_RTOL,
+    CellMassStepping,
     DensitySolution,
     DensitySolver,
     check_mass,
@@ -188,7 +189,7 @@ def cell_geometry(edges, d):
     return out
 
 
-class ZonalSolver(DensitySolver):
+class ZonalSolver(CellMassStepping, DensitySolver):
     r"""Finite volumes in θ for zonal densities on S^{d-1}, any d >= 2 (module docstring).
 
     Parameters
@@ -356,28 +357,17 @@ class ZonalSolver(DensitySolver):
         timestepping.march(controller, y0, times, callback=callback, progress=progress,
                            keep=lambda i: False, stats=stats, max_steps=self.max_steps)
 
-    def per_stage_controller(self) -> timestepping.PositivityRate:
-        """The field at every stage; dt = cfl/r with r the largest cell outflow rate, re-taken
-        with cfl/r' when a later stage's rate r' is larger
-        (:class:`~spherepde.timestepping.PositivityRate`)."""
-        return timestepping.PositivityRate(self.tendency, timestepping.get_scheme(self.scheme),
-                                           self.cfl)
+    def transport(self, masses, u):
+        """(dm/dt, positivity rate) of the cell masses under the face speeds u."""
+        return muscl_tendency(np.ascontiguousarray(masses), u, self.h, self._geometry)
 
-    def multirate_controller(self) -> timestepping.Multirate:
-        """The field once per macro step (its length set by ``macro_tol``), the transport
-        substepped inside under the positivity bound with the face speeds extrapolated
-        linearly in time (:class:`spherepde.timestepping.Multirate`)."""
-        tab = timestepping.get_scheme(self.scheme)
-        h, geometry = self.h, self._geometry
+    def macro_field(self, t, masses):
+        """The face speeds of a macro step (:class:`CellMassStepping`)."""
+        return self.face_speed(masses)
 
-        def substeps(u_of):
-            return timestepping.PositivityRate(
-                lambda s, m: muscl_tendency(np.ascontiguousarray(m), u_of(s), h, geometry),
-                tab, self.cfl)
-
-        return timestepping.Multirate(lambda t, m: self.face_speed(m), substeps,
-                                      self.speed_defect, self.macro_tol,
-                                      max_substeps=self.max_steps)
+    def field_defect(self, u, u_ref, masses) -> float:
+        """:meth:`speed_defect`, the change that sizes a macro step."""
+        return self.speed_defect(u, u_ref, masses)
 
     @staticmethod
     def speed_defect(u, u_ref, masses) -> float:
