@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from _common import OUT, table
-from low_temperature import _checkpoint, _resume, beta_label, initial, save_piece
+from low_temperature import _checkpoint, _resume, beta_label, cached_piece, initial
 from low_temperature import model_for as low_temperature_model
 from scipy.optimize import minimize_scalar
 
@@ -304,18 +303,12 @@ def piece(store, scenario, beta, n, times, compute=True):
     """One (scenario, beta, n) piece: loaded when saved, else computed and saved atomically
     (``compute=False``: None when not saved)."""
     path, spec = piece_path(store, scenario, beta, n, times)
-    if path.exists():
-        try:
-            return io.load_npz(path)
-        except Exception as exc:  # a damaged piece is recomputed, never trusted
-            print(f"  {path.name}: unreadable ({exc}); recomputing", file=sys.stderr)
-    if not compute:
-        return None
-    print(f"  running {scenario} beta={beta_label(beta)} n={n} to t={times[-1]:g} ...", flush=True)
-    t0, c0 = time.perf_counter(), time.process_time()
-    partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
-    data = run_finite_volume(scenario, beta, n, times, partial=partial)
-    return save_piece(path, spec, data, t0, c0, partial)
+    def run(partial):
+        return run_finite_volume(scenario, beta, n, times, partial=partial)
+
+    return cached_piece(path, spec, run,
+                        f"{scenario} beta={beta_label(beta)} n={n} to t={times[-1]:g}",
+                        compute=compute)
 
 
 @dataclass

@@ -395,6 +395,20 @@ def piece(store, scenario, solver, beta, res, times, fresh=False, compute=True):
     """One (scenario, solver, beta, resolution) curve, computed once and saved atomically
     (``compute=False``: the saved piece, or None when there is none)."""
     path, spec = piece_path(store, scenario, solver, beta, res, times)
+
+    def run(partial):
+        if solver in CHECKPOINTED:
+            return RUNNERS[solver](scenario, beta, res, times, partial=partial)
+        return RUNNERS[solver](scenario, beta, res, times)
+
+    return cached_piece(path, spec, run, f"{scenario} {solver} beta={beta_label(beta)} res={res}",
+                        fresh, compute)
+
+
+def cached_piece(path, spec, run, label, fresh=False, compute=True):
+    """The piece saved at ``path`` when it is readable (and not ``fresh``), else None with
+    ``compute=False``, else ``run(partial)`` (partial: the path of its checkpoint) saved
+    atomically by :func:`save_piece` and returned as saved."""
     if path.exists() and not fresh:
         try:
             return io.load_npz(path)
@@ -402,14 +416,10 @@ def piece(store, scenario, solver, beta, res, times, fresh=False, compute=True):
             print(f"  {path.name}: unreadable ({exc}); recomputing", file=sys.stderr)
     if not compute:
         return None
-    print(f"  running {scenario} {solver} beta={beta_label(beta)} res={res} ...", flush=True)
+    print(f"  running {label} ...", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
     partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
-    if solver in CHECKPOINTED:
-        data = RUNNERS[solver](scenario, beta, res, times, partial=partial)
-    else:
-        data = RUNNERS[solver](scenario, beta, res, times)
-    return save_piece(path, spec, data, t0, c0, partial)
+    return save_piece(path, spec, run(partial), t0, c0, partial)
 
 
 def save_piece(path, spec, data, t0, c0, partial):
