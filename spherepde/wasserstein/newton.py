@@ -456,6 +456,7 @@ def _line_search(sd, v, step, val, err, u_new):
         val_new, e_new = sd.evaluate(v_new, u_new)
         if val_new >= val + 1e-4 * t * slope or e_new < 0.5 * err or t < 1e-3:
             return t, v_new, val_new, e_new
+        t *= 0.5
 
 
 def newton_columns(indptr, idx, cost, a, b, u, v, eps, tol, maxiter, points=None, labels=None,
