@@ -247,7 +247,12 @@ def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path):
     entry = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["spherepde"]
     module, func = entry.split(":")
     code = _CTRL_C_DURING_IMPORTS.format(module=module, func=func)
+    # Ctrl-C's default action whatever the suite was started with (a backgrounded shell job
+    # ignores SIGINT and its children would inherit that)
+    import signal
+
     proc = subprocess.run([sys.executable, "-c", code, "info"], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+                          cwd=tmp_path, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip().splitlines() == ["spherepde: interrupted"], proc.stderr
