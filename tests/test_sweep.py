@@ -215,7 +215,10 @@ def test_ctrl_c_during_a_sweep_leaves_no_failure_record(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen([sys.executable, "-m", "spherepde.app.cli", "sweep", str(p), "--out",
                              str(out), "--workers", "2", "--quiet"], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # SIGINT's default action even when the suite runs as a background
+                            # job (which ignores SIGINT, and children inherit that)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while not list((out / "tasks").glob("*.nc")) and time.monotonic() < deadline:
