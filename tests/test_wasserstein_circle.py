@@ -171,3 +171,33 @@ def test_the_rounds_stop_at_the_time_budget_and_when_they_stall():
     auto = sp.w2(mu, nu, tol=1e-5, max_seconds=0.0, rounds=50)
     assert "great circle" in auto.details["auto"] and auto.method == "exact"
     assert "time budget" in auto.details["auto"]
+
+
+def test_auto_never_widens_the_circle_bracket_and_caps_its_lp_fallback(monkeypatch):
+    # The stalled case above under "auto", with fallbacks that do worse: a multiscale solve
+    # whose continuation broke down (a true but useless bracket, as measured on concentrated
+    # mesh snapshots) must not replace the circle's bracket, and the solve between
+    # clusterings gets at most the budget's auto_quantized_pairs.
+    from spherepde.wasserstein.result import bracket_result
+
+    U = random_plane(3, 583)
+    mu, nu = tokens(500, 3, U, 583, True, 1.0), circle_atoms(U, 80, 584, True)
+    ex = float(sp.w2(mu, nu, method="exact"))
+    circle = sp.w2(mu, nu, method="circle", tol=1e-4)
+    assert circle.upper - circle.lower > 1e-4  # it stalls (~2e-3), so auto falls back
+    broken = bracket_result(4.0, 0.0, "chordal", "multiscale", {})
+    monkeypatch.setattr(W._multiscale, "w2_multiscale_result", lambda *args, **kw: broken)
+    seen = {}
+
+    def quantized(*args, max_pairs=None, **kw):
+        seen["max_pairs"] = max_pairs
+        return bracket_result(4.0, 0.0, "chordal", "quantized", {})
+    monkeypatch.setattr(W._quantized, "w2_quantized", quantized)
+    budget = W.W2Budget(auto_exact_pairs=1000, auto_exact_fallback_pairs=1000,
+                        auto_quantized_pairs=1234, sparse_min_seconds=0.0,
+                        sparse_seconds_per_point=0.0)
+    r = sp.w2(mu, nu, tol=1e-4, budget=budget)
+    assert seen["max_pairs"] == 1234
+    assert "great circle" in r.details["auto"] and "clusterings" in r.details["auto"]
+    assert circle.lower - 1e-12 <= r.lower <= ex + 1e-12
+    assert ex - 1e-12 <= r.upper <= circle.upper + 1e-12

@@ -157,6 +157,12 @@ class W2Budget:
         misses tol where the truncated kernel cuts a measure into pieces whose masses differ
         on the two sides (two separated concentrations sampled unevenly): its Sinkhorn
         sweeps cannot move the difference across.
+    auto_quantized_pairs : int
+        The largest exact solve between clusterings that "auto" runs as a fallback (cluster
+        pairs; the explicit ``method="quantized"`` keeps its own ``max_pairs``). The network
+        simplex's time is not predictable from its size: on a concentrated dim E = 2 mesh
+        snapshot (24k cells carrying mass) against 20000 atoms on the limit circle, a solve
+        of 4.2e6 pairs took 8 s and one of 5e7 did not end in 20 minutes.
     """
 
     seconds_per_point: float = 3e-4
@@ -167,11 +173,13 @@ class W2Budget:
     auto_exact_pairs: int = 6_000_000
     multiscale_min_tol: float = 1e-5
     auto_exact_fallback_pairs: int = 100_000_000
+    auto_quantized_pairs: int = 8_000_000
 
     def __post_init__(self):
         for name in ("seconds_per_point", "min_seconds", "sparse_seconds_per_point",
                      "sparse_min_seconds", "heavy_weight", "auto_exact_pairs",
-                     "multiscale_min_tol", "auto_exact_fallback_pairs"):
+                     "multiscale_min_tol", "auto_exact_fallback_pairs",
+                     "auto_quantized_pairs"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
                 raise ValueError(f"W2Budget.{name} must be a finite number >= 0; got {value!r}")
@@ -250,8 +258,8 @@ def _intersect(first, second):
     narrower = second.upper - second.lower <= first.upper - first.lower
     best, other = (second, first) if narrower else (first, second)
     lower, upper = max(best.lower, other.lower), min(best.upper, other.upper)
-    if lower == best.lower and upper == best.upper:
-        return best
+    if (lower == best.lower and upper == best.upper) or lower > upper:
+        return best  # (crossed bounds: round-off between two solvers that both closed)
     details = dict(best.details, intersected_with=(other.method, other.lower, other.upper))
     r = bracket_result(upper**2, lower**2, best.cost, best.method, details)
     if "tol" in details:
@@ -337,15 +345,18 @@ METHODS = ("auto",) + tuple(W2_METHODS.names())
 @dataclass(frozen=True)
 class AutoEntry:
     """One step of "auto": run ``method`` where ``applies(problem)`` returns a reason (None:
-    skip), with the caller's ``options`` named in ``own`` (all when None). ``last``: the
-    walk ends with it whatever its width; ``intersect``: its bracket is intersected with the
-    ones before (a fallback refines them) rather than replacing them (a primary choice)."""
+    skip), with the caller's ``options`` named in ``own`` (all when None) over the ones
+    ``limits(problem)`` sets. ``last``: the walk ends with it whatever its width;
+    ``intersect``: it runs only to refine a bracket that an earlier entry left wider than tol
+    (a fallback), never as the first choice. Every bracket after the first is intersected
+    with the ones before: all are certified, so a later solver can only narrow it."""
 
     method: str
     applies: Callable[[_Problem], str | None]
     last: bool = False
     intersect: bool = False
     own: tuple | None = None
+    limits: Callable[[_Problem], dict] | None = None
 
 
 def _few_atoms(p):
@@ -406,7 +417,8 @@ AUTO = (
     AutoEntry("exact", _exact_first, last=True),
     AutoEntry("multiscale", _beyond_exact),
     AutoEntry("sparse", _always_sparse, intersect=True, own=("seed", "max_seconds")),
-    AutoEntry("quantized", _chordal_clusterings, intersect=True, own=("seed",)),
+    AutoEntry("quantized", _chordal_clusterings, intersect=True, own=("seed",),
+              limits=lambda p: {"max_pairs": p.budget.auto_quantized_pairs}),
     AutoEntry("exact", _exact_fallback, last=True, own=()),
 )
 
@@ -414,9 +426,10 @@ AUTO = (
 def _entry_options(entry, p, taken):
     """The caller's options that ``entry`` receives: its own, or (a primary solver) all that
     no earlier entry consumed (the circle's rounds are its own)."""
+    limits = entry.limits(p) if entry.limits is not None else {}
     if entry.own is not None:
-        return {k: p.options[k] for k in entry.own if k in p.options}
-    opts = {k: v for k, v in p.options.items() if k not in taken}
+        return limits | {k: p.options[k] for k in entry.own if k in p.options}
+    opts = limits | {k: v for k, v in p.options.items() if k not in taken}
     if entry.method in ("exact", "semidiscrete") and "max_seconds" in opts:
         opts.pop("max_seconds")
     return opts
@@ -440,15 +453,14 @@ def _auto(p):
         else:
             width = result.upper - result.lower
             stop = f" ({result.details['stopped']})" if "stopped" in result.details else ""
-            reason += f"; its bracket {width:.1e} > tol = {p.tol:.0e}{stop}, so {why}"
-            if entry.intersect:
-                reason += f" (bracket {r.upper - r.lower:.1e})"
+            reason += (f"; its bracket {width:.1e} > tol = {p.tol:.0e}{stop}, so {why} "
+                       f"(bracket {r.upper - r.lower:.1e})")
         if entry.method in ("exact", "semidiscrete") and entry.own is None \
                 and "max_seconds" in p.options:
             # A time budget bounds the iterative solvers; the direct ones finish in a time
             # set by their size, so the budget is not theirs.
             reason += " (max_seconds applies to the iterative solvers only; not used)"
-        result = _intersect(result, r) if entry.intersect else r
+        result = r if result is None else _intersect(result, r)
         if entry.last or result.upper - result.lower <= p.tol:
             break
     result.details["auto"] = reason
