@@ -653,6 +653,12 @@ def sensitivities(plan: Plan, store, curves: list[Curve]):
     return rows
 
 
+def others(c: Curve, curves: list[Curve]):
+    """The curves of the other solvers at c's scenario and beta."""
+    return [o for o in curves
+            if o.solver != c.solver and o.scenario == c.scenario and o.beta == c.beta]
+
+
 def agreement(curves: list[Curve]):
     """For each converged curve, the largest distance to every other solver's finest curve
     (same scenario and beta) beside that solver's own measured error, over the times where
@@ -664,9 +670,7 @@ def agreement(curves: list[Curve]):
     for c in curves:
         if not c.converged:
             continue
-        for o in curves:
-            if o.solver == c.solver or o.scenario != c.scenario or o.beta != c.beta:
-                continue
+        for o in others(c, curves):
             measured = len(o.w2) if o.error is None else len(o.error)  # o.error: its common times
             n = min(measured, len(c.w2))
             diff = float(np.max(np.abs(o.w2[:n] - c.w2[:n])))
@@ -687,9 +691,7 @@ def confirmed_until(c: Curve, curves: list[Curve]) -> tuple[float, str]:
     err_c = c.error
     if err_c is None:
         return best, by
-    for o in curves:
-        if o.solver == c.solver or o.scenario != c.scenario or o.beta != c.beta:
-            continue
+    for o in others(c, curves):
         err_o = o.error
         if err_o is None:
             continue
