@@ -39,7 +39,14 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from _common import OUT, table
-from low_temperature import _checkpoint, _resume, beta_label, cached_piece, initial
+from low_temperature import (
+    _checkpoint,
+    _particle_solver,
+    _resume,
+    beta_label,
+    cached_piece,
+    initial,
+)
 from low_temperature import model_for as low_temperature_model
 from scipy.optimize import minimize_scalar
 
@@ -235,6 +242,44 @@ def settled(times, rows) -> bool:
     return bool(late and np.ptp(watched) < SETTLE_TOL and np.ptp(w2[last]) < SETTLE_TOL)
 
 
+def _piece_data(rows, times, spent, spent_cpu, **extra) -> dict:
+    """A piece's saved arrays: the diagnostic rows (COLUMNS) on the times reached."""
+    arr = np.array(rows)
+    data = {c: arr[:, j] for j, c in enumerate(COLUMNS)}
+    data.update(times=times[:len(arr)], resumed_seconds=np.array(spent),
+                resumed_cpu_seconds=np.array(spent_cpu), **extra)
+    return data
+
+
+def run_particles(scenario, beta, n, times, partial=None):
+    """The same diagnostics for n tokens on the product Gauss rule of rho_0
+    (``Measure.quadrature``: weighted nodes whose moments match rho_0's), one output interval
+    at a time from the last positions, checkpointed and stopped once :func:`settled`, as the
+    finite volumes are. Pi#rho_0 and the terminal measure are the density's, so a token curve
+    and a finite-volume curve measure the distance to the same target."""
+    model = model_for(scenario, beta)
+    cloud = initial().quadrature(n)
+    diag = Diagnostics(model, diagnostic_start(scenario))
+    times = np.asarray(times, dtype=float)
+    done, rows, x, spent, spent_cpu = _resume(partial, times, cloud.points, check_shape=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    solver = _particle_solver(model)
+    if done == 0:
+        rows.append(diag.row(cloud))
+    while done < len(times) - 1:
+        x = solver.solve(x, times[done:done + 2], cloud.weights).positions[-1]
+        rows.append(diag.row(sp.PointCloud(x, cloud.weights)))
+        done += 1
+        if partial is not None:
+            _checkpoint(partial, times, done, rows, x, spent + time.perf_counter() - t0,
+                        spent_cpu + time.process_time() - c0)
+        if settled(times[:done + 1], np.array(rows)):
+            print(f"    settled at t = {times[done]:g}", flush=True)
+            break
+    return _piece_data(rows, times, spent, spent_cpu, n=np.array(len(cloud.weights)),
+                       kernel=repr(solver))
+
+
 def run_finite_volume(scenario, beta, n, times, partial=None):
     """The finite-volume diagnostics at ``times``, one output interval at a time from the last
     state, checkpointed to ``partial`` after every interval (and resumed from it); it stops
@@ -271,12 +316,9 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
         if settled(times[:done + 1], np.array(rows)):
             print(f"    settled at t = {times[done]:g}", flush=True)
             break
-    arr = np.array(rows)
-    times = times[:len(arr)]
-    data = {c: arr[:, j] for j, c in enumerate(COLUMNS)}
-    data.update(times=times, n=np.array(n), velocity_tol=np.array(solver.velocity_tol),
-                final=np.asarray(state, dtype=np.float32),  # cell averages at times[-1]
-                resumed_seconds=np.array(spent), resumed_cpu_seconds=np.array(spent_cpu))
+    data = _piece_data(rows, times, spent, spent_cpu, n=np.array(n),
+                       velocity_tol=np.array(solver.velocity_tol),
+                       final=np.asarray(state, dtype=np.float32))  # cell averages at the end
     if keep_snaps:
         data["snapshot_index"] = np.array(sorted(snaps))
         data["snapshots"] = np.array([snaps[k] for k in sorted(snaps)])
@@ -285,8 +327,12 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
     return data
 
 
-def piece_path(store, scenario, beta, n, times):
-    spec = {"v": VERSION, "scenario": scenario, "solver": "finite_volume",
+#: The solvers of a piece: the runner and the file-name tag.
+RUNNERS = {"finite_volume": (run_finite_volume, "fv"), "particles": (run_particles, "particles")}
+
+
+def piece_path(store, scenario, beta, n, times, solver="finite_volume"):
+    spec = {"v": VERSION, "scenario": scenario, "solver": solver,
             "beta": beta_label(beta), "n": n,
             "times": [float(times[0]), float(times[-1]), len(times)],
             "orbit": [ORBIT_S_MAX, ORBIT_STEP], "snapshots": SNAPSHOTS}
@@ -295,19 +341,23 @@ def piece_path(store, scenario, beta, n, times):
     if scenario == "R1":
         spec["B"] = [R1_B_EIGENVALUES, R1_B_AXIS, R1_B_ANGLE]
         spec["A"] = np.diag(R1_A).tolist()
+    if solver == "particles":
+        spec["init"] = "quadrature"  # rho_0's product Gauss rule, about n nodes
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    return Path(store) / f"{scenario}_fv_beta={beta_label(beta)}_n={n}_{key}.npz", spec
+    tag = RUNNERS[solver][1]
+    return Path(store) / f"{scenario}_{tag}_beta={beta_label(beta)}_n={n}_{key}.npz", spec
 
 
-def piece(store, scenario, beta, n, times, compute=True):
-    """One (scenario, beta, n) piece: loaded when saved, else computed and saved atomically
-    (``compute=False``: None when not saved)."""
-    path, spec = piece_path(store, scenario, beta, n, times)
+def piece(store, scenario, beta, n, times, compute=True, solver="finite_volume"):
+    """One (scenario, beta, n) piece of ``solver`` (n: cells per cube face, or tokens):
+    loaded when saved, else computed and saved atomically (``compute=False``: None when not
+    saved)."""
+    path, spec = piece_path(store, scenario, beta, n, times, solver)
     def run(partial):
-        return run_finite_volume(scenario, beta, n, times, partial=partial)
+        return RUNNERS[solver][0](scenario, beta, n, times, partial=partial)
 
     return cached_piece(path, spec, run,
-                        f"{scenario} beta={beta_label(beta)} n={n} to t={times[-1]:g}",
+                        f"{scenario} {solver} beta={beta_label(beta)} n={n} to t={times[-1]:g}",
                         compute=compute)
 
 
@@ -317,15 +367,22 @@ class Plan:
     t_end: float
     cells: dict                       # scenario -> resolutions, coarse to fine (factor 2)
     scenarios: list = field(default_factory=lambda: ["R1", "E1", "E2"])
+    #: scenario -> token counts (N, 4N) of the particle pieces, which cross-check the cells
+    tokens: dict = field(default_factory=dict)
+
+    def resolutions(self, scenario, solver):
+        return (self.cells if solver == "finite_volume" else self.tokens).get(scenario, [])
 
     @property
     def times(self):
         return np.linspace(0.0, self.t_end, int(round(self.t_end / DT)) + 1)
 
 
-QUICK = Plan(betas=[16.0, 64.0], t_end=30.0, cells={"R1": [8, 16], "E1": [8, 16], "E2": [8]})
+QUICK = Plan(betas=[16.0, 64.0], t_end=30.0, cells={"R1": [8, 16], "E1": [8, 16], "E2": [8]},
+             tokens={"R1": [500, 2000]})
 FULL = Plan(betas=[16.0, 64.0, 256.0], t_end=100.0,
-            cells={"R1": [16, 32, 64, 128], "E1": [16, 32, 64], "E2": [16, 32, 64]})
+            cells={"R1": [16, 32, 64, 128], "E1": [16, 32, 64], "E2": [16, 32, 64]},
+            tokens={"R1": [4000, 16000]})
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -338,6 +395,7 @@ class Curve:
     data: dict                # the finest piece
     coarse: dict | None       # the next coarser piece
     coarse_n: int | None
+    solver: str = "finite_volume"
 
     @property
     def times(self):
@@ -374,6 +432,20 @@ class Curve:
             return -math.inf
         bad = np.flatnonzero(err >= self.threshold)
         k = len(err) if bad.size == 0 else int(bad[0])
+        return float(self.times[k - 1]) if k > 0 else -math.inf
+
+    def confirmed_until(self, other: Curve) -> float:
+        """The last output time up to which this curve and another solver's agree within the
+        sum of their own errors (:meth:`error`), on both W2 curves, from t = 0 on (-inf: not
+        at t = 0, or an error not measured)."""
+        mine, theirs = self.error(), other.error()
+        if mine is None or theirs is None:
+            return -math.inf
+        k = min(len(mine), len(theirs))
+        gap = np.maximum(np.abs(self.data["w2"][:k] - other.data["w2"][:k]),
+                         np.abs(self.late()[:k] - other.late()[:k]))
+        bad = np.flatnonzero(gap > mine[:k] + theirs[:k])
+        k = k if bad.size == 0 else int(bad[0])
         return float(self.times[k - 1]) if k > 0 else -math.inf
 
 
@@ -418,10 +490,10 @@ def time_scales(times, w2, late, angle, settled_end=True) -> dict:
             "W2 to terminal at end": float(late[-1]) if np.isfinite(late).all() else math.nan}
 
 
-def unfinished(store, scenario, beta, n, times) -> dict | None:
+def unfinished(store, scenario, beta, n, times, solver="finite_volume") -> dict | None:
     """A piece's checkpoint as a piece cut at the output it reached (``partial`` set), or
     None: an unfinished piece still compares with a finished one up to there."""
-    path = piece_path(store, scenario, beta, n, times)[0]
+    path = piece_path(store, scenario, beta, n, times, solver)[0]
     partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
     if not partial.exists():
         return None
@@ -439,19 +511,27 @@ def collect(plan: Plan, store, missing: list) -> list[Curve]:
     curves = []
     for scenario in plan.scenarios:
         for beta in plan.betas:
-            res = plan.cells[scenario]
-            data = {n: piece(store, scenario, beta, n, plan.times, compute=False)
-                    or unfinished(store, scenario, beta, n, plan.times) for n in res}
-            missing += [f"{scenario} β={beta_label(beta)} n={n}" + (
-                "" if d is None else f" (unfinished: to t = {float(d['times'][-1]):g})")
-                for n, d in data.items() if d is None or "partial" in d]
-            have = [n for n in res if data[n] is not None]
-            if not have:
-                continue
-            curves.append(Curve(scenario, beta, have[-1], data[have[-1]],
-                                data[have[-2]] if len(have) > 1 else None,
-                                have[-2] if len(have) > 1 else None))
+            for solver in RUNNERS:
+                res = plan.resolutions(scenario, solver)
+                data = {n: piece(store, scenario, beta, n, plan.times, False, solver)
+                        or unfinished(store, scenario, beta, n, plan.times, solver)
+                        for n in res}
+                missing += [f"{scenario} {solver} β={beta_label(beta)} n={n}" + (
+                    "" if d is None else f" (unfinished: to t = {float(d['times'][-1]):g})")
+                    for n, d in data.items() if d is None or "partial" in d]
+                have = [n for n in res if data[n] is not None]
+                if not have:
+                    continue
+                curves.append(Curve(scenario, beta, have[-1], data[have[-1]],
+                                    data[have[-2]] if len(have) > 1 else None,
+                                    have[-2] if len(have) > 1 else None, solver))
     return curves
+
+
+def other_solver(c: Curve, curves: list[Curve]) -> Curve | None:
+    """The other solver's curve at c's scenario and beta, if any."""
+    return next((o for o in curves if o.solver != c.solver and o.scenario == c.scenario
+                 and o.beta == c.beta), None)
 
 
 def scales_of(d) -> dict:
@@ -478,14 +558,16 @@ def scales_rows(curves: list[Curve]):
             # strictly inside the agreed window: a minimum at the end of an unfinished piece
             # is no minimum
             ok = bool(np.isfinite(v) and v < until)
-            rows.append((c.scenario, beta_label(c.beta), key, v,
+            rows.append((c.scenario, beta_label(c.beta), c.solver, key, v,
                          "n/a" if coarse is None else coarse[key], f"{c.coarse_n or 'n/a'}/{c.n}",
                          until, "yes" if ok else "no"))
+            if c.solver != "finite_volume":  # the fits: one method, the reference
+                continue
             if ok:
                 points.append((c.scenario, key, c.beta, v))
             if np.isfinite(v):
                 every.append((c.scenario, key, c.beta, v))
-        rows.append((c.scenario, beta_label(c.beta), "min W2", fine["min W2"],
+        rows.append((c.scenario, beta_label(c.beta), c.solver, "min W2", fine["min W2"],
                      "n/a" if coarse is None else coarse["min W2"], f"{c.coarse_n or 'n/a'}/{c.n}",
                      until, "yes" if fine["t*"] < until else "no"))
     return rows, points, every
@@ -526,20 +608,24 @@ def curve_figure(plan, curves, scenario):
     colors = _colors(plan)
     late_name = "orbit" if scenario == "E1" else "terminal measure"
     for c in mine:
-        for d, n, lw in ((c.data, c.n, 1.5), (c.coarse, c.coarse_n, 0.7)):
+        tokens = c.solver == "particles"  # the finest token curve only, dotted
+        for d, n, lw in ((c.data, c.n, 1.5), (None if tokens else c.coarse, c.coarse_n, 0.7)):
             if d is None:
                 continue
-            ax[0, 0].semilogy(d["times"], d["w2"], "-", color=colors[c.beta], lw=lw,
-                              label=f"β={beta_label(c.beta)} n={n}: to Π#ρ0")
-            ax[0, 0].semilogy(d["times"], c.late(d), "--", color=colors[c.beta], lw=lw,
-                              label=f"β={beta_label(c.beta)} n={n}: to {late_name}")
+            what = f"N={n}" if tokens else f"n={n}"
+            ax[0, 0].semilogy(d["times"], d["w2"], ":" if tokens else "-", color=colors[c.beta],
+                              lw=lw, label=f"β={beta_label(c.beta)} {what}: to Π#ρ0")
+            ax[0, 0].semilogy(d["times"], c.late(d), ":" if tokens else "--",
+                              color=colors[c.beta], lw=lw, marker="." if tokens else None,
+                              ms=3, label=f"β={beta_label(c.beta)} {what}: to {late_name}")
             if dim1:
-                ax[0, 1].plot(d["times"], d["orbit_angle"], "-", color=colors[c.beta], lw=lw,
-                              label=f"β={beta_label(c.beta)} n={n}")
+                ax[0, 1].plot(d["times"], d["orbit_angle"], ":" if tokens else "-",
+                              color=colors[c.beta], lw=lw, label=f"β={beta_label(c.beta)} {what}")
     ax[0, 0].axhline(TERM_LEVEL, color="0.6", lw=0.7, ls=":")
     ax[0, 0].set_xlabel("t")
     ax[0, 0].set_ylabel("W2 (chordal)")
-    ax[0, 0].set_title(f"{scenario}: W2 to Π#ρ0 (solid), to the {late_name} (dashed)")
+    ax[0, 0].set_title(f"{scenario}: W2 to Π#ρ0 (solid), to the {late_name} (dashed); "
+                       "tokens dotted")
     ax[0, 0].legend(fontsize=6, ncol=2)
     ax[0, 0].grid(alpha=0.3, which="both")
     if dim1:
@@ -571,7 +657,7 @@ def density_figure(plan, store, curves, scenario):
     three phases: approach (the snapshot nearest t*/2), departure (nearest t_dep, else t*),
     terminal (the last snapshot). Stars: Pi#rho_0's atoms (E2: its circle), crosses: the
     terminal atoms (E1: the orbit of e, dotted)."""
-    mine = [c for c in curves if c.scenario == scenario]
+    mine = [c for c in curves if c.scenario == scenario and c.solver == "finite_volume"]
     if not mine:
         return None
     fig = plt.figure(figsize=(13, 3.0 * len(mine)))
@@ -710,19 +796,24 @@ def report_all(plan, store, mode, name, wall, out=None):
     text += ["", "Runs (wall / CPU seconds per resolution; 'agree until': the last output time "
              "up to which the two finest resolutions agree within the threshold, "
              f"{CONVERGED_FRACTION:.0%} of the fine curve's min W2 to Π#ρ0, on both W2 curves, "
-             "brackets included):", ""]
+             "brackets included; 'confirmed by the other solver until': the last output time "
+             "up to which the finite volumes and the tokens (on ρ0's product Gauss rule) agree "
+             "within the sum of their own errors, on both W2 curves, from t = 0 on):", ""]
     run_rows = []
     for c in curves:
         secs = ", ".join(f"n={d['n'] if 'n' in d else '?'}: {float(d['seconds']):.0f}/"
                          f"{float(d['cpu_seconds']):.0f} s to t={float(d['times'][-1]):g}"
                          for d in (c.coarse, c.data) if d is not None)
         err = c.error()
-        run_rows.append((c.scenario, beta_label(c.beta), f"{c.coarse_n or 'n/a'}/{c.n}",
-                         c.threshold,
+        other = other_solver(c, curves)
+        run_rows.append((c.scenario, beta_label(c.beta), c.solver,
+                         f"{c.coarse_n or 'n/a'}/{c.n}", c.threshold,
                          "n/a" if err is None else float(np.max(err)), c.converged_until(),
+                         "n/a" if other is None else c.confirmed_until(other),
                          float(c.data["w2"][-1]), float(c.late()[-1]), secs))
-    text.append(table(run_rows, ["scenario", "beta", "n coarse/fine", "threshold",
-                                 "max error", "agree until", "W2 to Π#ρ0 at end",
+    text.append(table(run_rows, ["scenario", "beta", "solver", "n (cells/face or tokens)",
+                                 "threshold", "max error", "agree until",
+                                 "confirmed by the other solver until", "W2 to Π#ρ0 at end",
                                  "W2 to terminal (E1: orbit) at end", "cost"]))
     text += ["", f"Time scales (fine resolution; 'converged': the two resolutions agree up to "
              f"past it). t* = argmin W2(ρ_t, Π#ρ0); t_dep: W2 to Π#ρ0 back above "
@@ -731,9 +822,10 @@ def report_all(plan, store, mode, name, wall, out=None):
              f"settled piece); t_term({TERM_LEVEL:g}): it falls below {TERM_LEVEL:g}; "
              f"t_orbit: the best-matching orbit point {ORBIT_ANGLE:g} rad along the "
              "lone-cluster orbit from e. NaN: not reached in the window.", "",
-             table(rows, ["scenario", "beta", "scale", "fine", "coarse", "n", "agree until",
-                          "converged"]), "",
-             f"Fits over converged values (at least {MIN_FIT_BETAS} distinct β):", "",
+             table(rows, ["scenario", "beta", "solver", "scale", "fine", "coarse", "n",
+                          "agree until", "converged"]), "",
+             f"Fits over the finite volumes' converged values (at least {MIN_FIT_BETAS} "
+             "distinct β):", "",
              table(fit_rows, ["scenario", "scale", "points", "against log β", "R²",
                               "against β", "R²"]), "",
              "**Not converged, orientation only:** the same fits over the finest resolution's "
@@ -783,13 +875,16 @@ def write_outputs(plan, store, curves, name, text, folder):
 
 
 def pieces_of(plan: Plan):
-    """(scenario, beta, n) of every piece, all scenarios' coarsest first, then finer."""
-    depth = max(len(r) for r in plan.cells.values())
+    """(scenario, beta, n, solver) of every piece, all scenarios' coarsest first, then finer;
+    the finite volumes' pieces of a depth before the tokens'."""
+    depth = max(len(r) for r in [*plan.cells.values(), *plan.tokens.values()])
     for k in range(depth):
-        for scenario in plan.scenarios:
-            for beta in plan.betas:
-                if k < len(plan.cells[scenario]):
-                    yield scenario, beta, plan.cells[scenario][k]
+        for solver in RUNNERS:
+            for scenario in plan.scenarios:
+                res = plan.resolutions(scenario, solver)
+                for beta in plan.betas:
+                    if k < len(res):
+                        yield scenario, beta, res[k], solver
 
 
 def main(argv=None):
@@ -799,24 +894,26 @@ def main(argv=None):
                     help="compute nothing: report from the pieces saved so far")
     ap.add_argument("--piece", nargs=3, metavar=("SCENARIO", "BETA", "N"),
                     help="compute one piece of the plan and stop")
+    ap.add_argument("--solver", choices=list(RUNNERS), default="finite_volume",
+                    help="the solver of --piece (N: cells per cube face, or tokens)")
     ap.add_argument("--store", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--t-end", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
     if args.t_end is not None:  # the fast test's tiny window
         plan = Plan(plan.betas[:1], args.t_end, {s: r[:2] for s, r in plan.cells.items()},
-                    plan.scenarios)
+                    plan.scenarios, {s: r[:2] for s, r in plan.tokens.items()})
     name = "late_phase" if mode == "full" else f"late_phase_{mode}"
     store = args.store or OUT / f"{name}_runs"
     store.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.piece:
         scenario, beta, n = args.piece[0], float(args.piece[1]), int(args.piece[2])
-        piece(store, scenario, beta, n, plan.times)
+        piece(store, scenario, beta, n, plan.times, solver=args.solver)
         return
     if not args.report_only:
-        for scenario, beta, n in pieces_of(plan):
-            piece(store, scenario, beta, n, plan.times)
+        for scenario, beta, n, solver in pieces_of(plan):
+            piece(store, scenario, beta, n, plan.times, solver=solver)
     report_all(plan, store, mode, name, time.perf_counter() - t0, out=args.store)
 
 
