@@ -251,6 +251,19 @@ def _piece_data(rows, times, spent, spent_cpu, **extra) -> dict:
     return data
 
 
+def _saved_and_settled(partial, times, done, rows, state, spent, start) -> bool:
+    """After output ``done``: checkpoint the rows and the state to ``partial`` (if any), with
+    the seconds spent (wall, CPU) before this sitting plus those since ``start``; return
+    whether the piece has :func:`settled`."""
+    if partial is not None:
+        _checkpoint(partial, times, done, rows, state, spent[0] + time.perf_counter() - start[0],
+                    spent[1] + time.process_time() - start[1])
+    if settled(times[:done + 1], np.array(rows)):
+        print(f"    settled at t = {times[done]:g}", flush=True)
+        return True
+    return False
+
+
 def run_particles(scenario, beta, n, times, partial=None):
     """The same diagnostics for n tokens on the product Gauss rule of rho_0
     (``Measure.quadrature``: weighted nodes whose moments match rho_0's), one output interval
@@ -270,11 +283,7 @@ def run_particles(scenario, beta, n, times, partial=None):
         x = solver.solve(x, times[done:done + 2], cloud.weights).positions[-1]
         rows.append(diag.row(sp.PointCloud(x, cloud.weights)))
         done += 1
-        if partial is not None:
-            _checkpoint(partial, times, done, rows, x, spent + time.perf_counter() - t0,
-                        spent_cpu + time.process_time() - c0)
-        if settled(times[:done + 1], np.array(rows)):
-            print(f"    settled at t = {times[done]:g}", flush=True)
+        if _saved_and_settled(partial, times, done, rows, x, (spent, spent_cpu), (t0, c0)):
             break
     return _piece_data(rows, times, spent, spent_cpu, n=np.array(len(cloud.weights)),
                        kernel=repr(solver))
@@ -310,11 +319,7 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
             if partial is not None:
                 io.save_npz(Path(partial).with_suffix(".snaps.npz"), index=np.array(sorted(snaps)),
                             averages=np.array([snaps[k] for k in sorted(snaps)]))
-        if partial is not None:
-            _checkpoint(partial, times, done, rows, state, spent + time.perf_counter() - t0,
-                        spent_cpu + time.process_time() - c0)
-        if settled(times[:done + 1], np.array(rows)):
-            print(f"    settled at t = {times[done]:g}", flush=True)
+        if _saved_and_settled(partial, times, done, rows, state, (spent, spent_cpu), (t0, c0)):
             break
     data = _piece_data(rows, times, spent, spent_cpu, n=np.array(n),
                        velocity_tol=np.array(solver.velocity_tol),
