@@ -46,6 +46,7 @@ from low_temperature import (
     beta_label,
     cached_piece,
     initial,
+    others,
 )
 from low_temperature import model_for as low_temperature_model
 from scipy.optimize import minimize_scalar
@@ -533,12 +534,6 @@ def collect(plan: Plan, store, missing: list) -> list[Curve]:
     return curves
 
 
-def other_solver(c: Curve, curves: list[Curve]) -> Curve | None:
-    """The other solver's curve at c's scenario and beta, if any."""
-    return next((o for o in curves if o.solver != c.solver and o.scenario == c.scenario
-                 and o.beta == c.beta), None)
-
-
 def scales_of(d) -> dict:
     """:func:`time_scales` of a saved piece."""
     rows = np.column_stack([d[c] for c in COLUMNS])
@@ -819,7 +814,7 @@ def report_all(plan, store, mode, name, wall, out=None):
                          f"{float(d['cpu_seconds']):.0f} s to t={float(d['times'][-1]):g}"
                          for d in (c.coarse, c.data) if d is not None)
         err = c.error()
-        other = other_solver(c, curves)
+        other = next(iter(others(c, curves)), None)
         run_rows.append((c.scenario, beta_label(c.beta), c.solver,
                          f"{c.coarse_n or 'n/a'}/{c.n}", c.threshold,
                          "n/a" if err is None else float(np.max(err)), c.converged_until(),
