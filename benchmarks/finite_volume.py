@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 from pathlib import Path
 
@@ -355,6 +356,7 @@ def threads(ns, beta, repeat):
     most = numba.config.NUMBA_NUM_THREADS
     rows = []
     for n in ns:
+        load = _OthersLoad()
         solver = FiniteVolumeSolver(model, n)
         m = solver.initial_state(mu0)
         u = solver.field(0.0, m)
@@ -373,13 +375,55 @@ def threads(ns, beta, repeat):
         numba.set_num_threads(most)
         rows.append([n, round(1e3 * field_t["numpy"], 2), round(1e3 * field_t["ducc0"], 2),
                      round(field_t["numpy"] / field_t["ducc0"], 3), round(1e3 * step_t[1], 2),
-                     most, round(1e3 * step_t[most], 2), round(step_t[1] / step_t[most], 3)])
+                     most, round(1e3 * step_t[most], 2), round(step_t[1] / step_t[most], 3),
+                     round(load.cores(), 2)])
         print(rows[-1], flush=True)
     return rows
 
 
 THREADS_HEADER = ["n", "field ms (numpy FFT)", "field ms (ducc0 FFT)", "ratio",
-                  "transport step ms (1 thread)", "threads", "transport step ms", "ratio"]
+                  "transport step ms (1 thread)", "threads", "transport step ms", "ratio",
+                  "cores busy with other jobs"]
+
+
+class _OthersLoad:
+    """How many cores other processes kept busy since construction: the machine's busy time
+    (/proc/stat) less this process's CPU time, over the wall time. A thread-scaling ratio
+    means something only where this is near 0; elsewhere the parallel loops wait for a core
+    another job holds. NaN where /proc/stat cannot be read (not Linux)."""
+
+    def __init__(self):
+        self.t0, self.busy0, self.own0 = time.perf_counter(), self._busy(), time.process_time()
+
+    @staticmethod
+    def _busy():
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return math.nan
+        return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+    def cores(self):
+        wall = time.perf_counter() - self.t0
+        own = time.process_time() - self.own0
+        return max((self._busy() - self.busy0 - own) / wall, 0.0)
+
+
+def report_threads(ns, beta, repeat):
+    """The threads table alone, written to docs/benchmarks/finite_volume_threads.md with how
+    busy the other jobs kept the machine during each row."""
+    from _report import markdown_table, write
+
+    rows = threads(ns, beta, repeat)
+    body = (f"Default scenario (dim E = 1), beta = {beta:g}, at the initial state. One field "
+            "evaluation with the planned field's 2-D FFTs through numpy against ducc0 "
+            "(threaded), and one transport step (three tendencies, velocity held) with numba on "
+            "one thread against all of them. 'cores busy with other jobs': the machine's busy "
+            "time (/proc/stat) less this process's CPU time, over the row's wall time; a "
+            "threads ratio is the second core's gain only where that is near 0.\n\n"
+            + markdown_table(THREADS_HEADER, rows) + "\n")
+    print(write("finite_volume_threads", "Finite volumes: what the second core gains", body))
 
 
 def report_multirate(ns, beta, t_end, repeat, report, study_prefix="/tmp/fvstudy/run"):
@@ -453,7 +497,7 @@ if __name__ == "__main__":
                                     "threads"])
     p.add_argument("--stepping", default="multirate")
     p.add_argument("--report", action="store_true",
-                   help="multirate: write docs/benchmarks/finite_volume.md")
+                   help="multirate, threads: write docs/benchmarks/finite_volume(_threads).md")
     p.add_argument("--beta", type=float, nargs="+", default=[math.inf])
     p.add_argument("--t-end", type=float, default=14.0)
     p.add_argument("--n-out", type=int, default=57)
@@ -478,7 +522,7 @@ if __name__ == "__main__":
     elif a.what == "multirate":
         report_multirate(a.n or [32, 64, 128, 256], a.beta[0], a.t_end, a.repeat, a.report)
     elif a.what == "threads":
-        threads(a.n or [64, 128], a.beta[0], a.repeat)
+        (report_threads if a.report else threads)(a.n or [64, 128], a.beta[0], a.repeat)
     else:
         concentration(a.n or [32, 64, 128], a.beta, a.t_end, a.n_out, a.path, a.velocity_tol,
                       a.out)
