@@ -386,7 +386,7 @@ class Plan:
 
 QUICK = Plan(betas=[16.0, 64.0], t_end=30.0, cells={"R1": [8, 16], "E1": [8, 16], "E2": [8]},
              tokens={"R1": [500, 2000]})
-FULL = Plan(betas=[16.0, 64.0, 256.0], t_end=100.0,
+FULL = Plan(betas=[16.0, 64.0, 256.0, 1000.0], t_end=100.0,
             cells={"R1": [16, 32, 64, 128], "E1": [16, 32, 64], "E2": [16, 32, 64]},
             tokens={"R1": [4000, 16000, 64000, 256000], "E1": [4000, 16000], "E2": [4000, 16000]})
 
@@ -664,8 +664,9 @@ def _lat_lon(x):
 def density_figure(plan, store, curves, scenario):
     """Maps of the finite-volume density (cell averages, log colour, one scale per row) at the
     three phases: approach (the snapshot nearest t*/2), departure (nearest t_dep, else t*),
-    terminal (the last snapshot). Stars: Pi#rho_0's atoms (E2: its circle), crosses: the
-    terminal atoms (E1: the orbit of e, dotted)."""
+    terminal (the last snapshot), each titled converged where the mapped resolution is one of
+    the curve's two and the time lies in their agreement window. Stars: Pi#rho_0's atoms (E2:
+    its circle), crosses: the terminal atoms (E1: the orbit of e, dotted)."""
     mine = [c for c in curves if c.scenario == scenario and c.solver == "finite_volume"]
     if not mine:
         return None
@@ -707,8 +708,11 @@ def density_figure(plan, store, curves, scenario):
                 for sign in (1, -1):
                     la, lo_ = _lat_lon(sign * orb)
                     ax.plot(lo_, la, ".", color="lime", ms=1)
+            # a map shows a converged density only inside its curve's agreement window
+            ok = n in (c.n, c.coarse_n) and snap_t[j] <= c.converged_until()
             ax.set_title(f"{scenario} β={beta_label(c.beta)} n={n}: {label}, "
-                         f"t={snap_t[j]:g}", fontsize=8)
+                         f"t={snap_t[j]:g} ({'converged' if ok else 'not converged'})",
+                         fontsize=8)
             ax.tick_params(labelsize=5)
         fig.colorbar(im, ax=fig.axes[-3:], shrink=0.8, label="log10 ρ")
     return fig
@@ -786,6 +790,39 @@ def side_masses(plan, curves):
     return rows
 
 
+def returns(times, w2, order=4):
+    """The times and values at which W2 to Pi#rho_0 comes back to a local minimum (over
+    ``order`` outputs either side) below the midpoint of its range: the returns of a turning
+    cluster pair to the atoms it left (a swapped pair, half a turn on, stays above it)."""
+    w2 = np.asarray(w2, dtype=float)
+    mid = 0.5 * (np.nanmin(w2) + np.nanmax(w2))
+    keep = [i for i in range(order, len(w2) - order)
+            if w2[i] == np.min(w2[i - order:i + order + 1]) and w2[i] < mid]
+    return np.asarray(times)[keep], w2[keep]
+
+
+def recurrence_rows(curves):
+    """Where V's dominant pair is complex, a lone cluster turns in its invariant plane with
+    period 2 pi / |Im lambda| (the direction of e^{sV} x0 in that plane). Rows per curve and
+    resolution: the returns of W2 to Pi#rho_0, the intervals between them, and that period."""
+    rows = []
+    for c in curves:
+        ev = eigen_data(c.scenario)["V eigenvalues"]
+        if abs(ev[0].imag) < 1e-12:
+            continue
+        period = 2 * math.pi / abs(ev[0].imag)
+        for n, d in ((c.coarse_n, c.coarse), (c.n, c.data)):
+            if d is None:
+                continue
+            t, w = returns(d["times"], d["w2"])
+            gaps = np.diff(t)
+            rows.append((c.scenario, beta_label(c.beta), c.solver, n,
+                         ", ".join(f"{a:g} ({b:.3f})" for a, b in zip(t, w, strict=True)),
+                         ", ".join(f"{g:g}" for g in gaps) or "n/a", period,
+                         "n/a" if gaps.size == 0 else float(np.mean(gaps) / period)))
+    return rows
+
+
 def report_all(plan, store, mode, name, wall, out=None):
     """The report of the plan's saved pieces: tables of the scenarios, runs, time scales, fits
     and terminal masses, and the figures (under ``out``, default validation/output)."""
@@ -860,6 +897,14 @@ def report_all(plan, store, mode, name, wall, out=None):
                 p = np.polyfit(np.log(b), np.log(dm), 1)
                 text += ["", f"{scenario}: the misplaced mass δm ∝ β^{p[0]:.2f} over β = "
                          f"{', '.join(f'{x:g}' for x in b)} (finest resolution each)."]
+    rec = recurrence_rows(curves)
+    if rec:
+        text += ["", "Returns of a turning pair (complex dominant pair of V): the times (W2) at "
+                 "which W2 to Π#ρ0 comes back to a local minimum below the midpoint of its "
+                 "range, the intervals between them, and the lone-cluster period 2π/|Im λ| "
+                 "(half a period on, the swapped pair gives the maxima in between).", "",
+                 table(rec, ["scenario", "beta", "solver", "n", "returns: t (W2)",
+                             "intervals", "period 2π/|Im λ|", "mean interval / period"])]
     write_outputs(plan, store, curves, name, text, OUT if out is None else Path(out))
     return curves
 
