@@ -73,3 +73,16 @@ def test_late_phase_quick_runs_end_to_end(tmp_path):
     for key in ("w2", "w2_term"):
         assert abs(p[key][0] - d[key][0]) <= np.pi / 2 / 16
     assert len(p["times"]) == 2 and "confirmed by the other solver" in text
+
+
+def test_returns_of_a_turning_pair_are_one_period_apart():
+    # W2 of a pair turning with period P about the atoms it left: low at t = kP (back on the
+    # atoms), high half a turn on (swapped); the decaying start mimics the approach to t*
+    P, t = 39.64, np.arange(0.0, 100.0 + 1e-9, 0.5)
+    w2 = 0.7 - 0.3 * np.cos(2 * np.pi * (t - 4.0) / P) + 0.4 * np.exp(-t)
+    times, values = lp.returns(t, w2)
+    # the output spacing 0.5 bounds where a sampled minimum can sit
+    assert np.allclose(times, [4.0, 4.0 + P, 4.0 + 2 * P], atol=0.5)
+    assert np.all(values < 0.45)
+    # a curve that only settles has no return after its minimum
+    assert lp.returns(t, 0.2 + np.exp(-t))[0].size == 0

@@ -790,14 +790,22 @@ def side_masses(plan, curves):
     return rows
 
 
-def returns(times, w2, order=4):
-    """The times and values at which W2 to Pi#rho_0 comes back to a local minimum (over
-    ``order`` outputs either side) below the midpoint of its range: the returns of a turning
-    cluster pair to the atoms it left (a swapped pair, half a turn on, stays above it)."""
+def returns(times, w2, rise=1e-3):
+    """The times and values at which W2 to Pi#rho_0 comes back to a minimum below the midpoint
+    of its range: the argmin of each run of outputs below the midpoint, kept where the curve
+    rises again (by ``rise`` of its range) before the run ends. These are the returns of a
+    turning cluster pair to the atoms it left (the first is t*; the swapped pair, half a turn
+    on, stays above the midpoint); a curve that only settles has none after t*."""
     w2 = np.asarray(w2, dtype=float)
-    mid = 0.5 * (np.nanmin(w2) + np.nanmax(w2))
-    keep = [i for i in range(order, len(w2) - order)
-            if w2[i] == np.min(w2[i - order:i + order + 1]) and w2[i] < mid]
+    lo, hi = np.nanmin(w2), np.nanmax(w2)
+    below = np.concatenate([[False], w2 < 0.5 * (lo + hi), [False]])
+    starts = np.flatnonzero(~below[:-1] & below[1:])
+    ends = np.flatnonzero(below[:-1] & ~below[1:])  # one past each run's last output
+    keep = []
+    for a, b in zip(starts, ends, strict=True):
+        i = a + int(np.argmin(w2[a:b]))
+        if w2[b - 1] - w2[i] > rise * (hi - lo):
+            keep.append(i)
     return np.asarray(times)[keep], w2[keep]
 
 
