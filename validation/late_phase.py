@@ -831,6 +831,44 @@ def recurrence_rows(curves):
     return rows
 
 
+def _section(intro: str, rows, header) -> list[str]:
+    """Report lines: a paragraph and its table (nothing without rows)."""
+    return ["", intro, "", table(rows, header)] if rows else []
+
+
+def mass_section(plan, curves) -> list[str]:
+    """The terminal atoms' masses against the ones reached, and per scenario the misplaced
+    mass's power of beta (finest resolution each)."""
+    masses = side_masses(plan, curves)
+    text = _section("The terminal atoms' masses: the conjectured m+ (Π#ρ0's mass carried to the "
+                    "atom on u's side of u^⊥) against ρ_t's mass on that side at the piece's end. "
+                    "A mass δm on the wrong side alone puts W2 to the terminal measure at about "
+                    "sqrt(4 δm) (chordal distance 2 between ±v).", masses,
+                    ["scenario", "beta", "n", "t", "conjectured m+", "reached m+", "sqrt(4 δm)",
+                     "W2 to terminal"])
+    for scenario in plan.scenarios:
+        finest = {}
+        for r in masses:  # rows run coarse to fine: the last per beta is the finest
+            if r[0] == scenario and math.isfinite(float(r[1])):
+                finest[float(r[1])] = abs(r[5] - r[4])
+        if len(finest) >= MIN_FIT_BETAS and min(finest.values()) > 0:
+            b = np.array(sorted(finest))
+            p = np.polyfit(np.log(b), np.log([finest[x] for x in b]), 1)
+            text += ["", f"{scenario}: the misplaced mass δm ∝ β^{p[0]:.2f} over β = "
+                     f"{', '.join(f'{x:g}' for x in b)} (finest resolution each)."]
+    return text
+
+
+def recurrence_section(curves) -> list[str]:
+    return _section("Returns of a turning pair (complex dominant pair of V): the times (W2) at "
+                    "which W2 to Π#ρ0 comes back to a local minimum below the midpoint of its "
+                    "range, the intervals between them, and the lone-cluster period 2π/|Im λ| "
+                    "(half a period on, the swapped pair gives the maxima in between).",
+                    recurrence_rows(curves),
+                    ["scenario", "beta", "solver", "n", "returns: t (W2)", "intervals",
+                     "period 2π/|Im λ|", "mean interval / period"])
+
+
 def report_all(plan, store, mode, name, wall, out=None):
     """The report of the plan's saved pieces: tables of the scenarios, runs, time scales, fits
     and terminal masses, and the figures (under ``out``, default validation/output)."""
@@ -886,33 +924,7 @@ def report_all(plan, store, mode, name, wall, out=None):
              "values whether or not its coarser partner agrees (these are not results):", "",
              table(fits(every), ["scenario", "scale", "points", "against log β", "R²",
                                  "against β", "R²"])]
-    masses = side_masses(plan, curves)
-    if masses:
-        text += ["", "The terminal atoms' masses: the conjectured m+ (Π#ρ0's mass carried to the "
-                 "atom on u's side of u^⊥) against ρ_t's mass on that side at the piece's end. "
-                 "A mass δm on the wrong side alone puts W2 to the terminal measure at about "
-                 "sqrt(4 δm) (chordal distance 2 between ±v).", "",
-                 table(masses, ["scenario", "beta", "n", "t", "conjectured m+",
-                                "reached m+", "sqrt(4 δm)", "W2 to terminal"])]
-        for scenario in plan.scenarios:
-            finest = {}
-            for r in masses:  # rows run coarse to fine: the last per beta is the finest
-                if r[0] == scenario and math.isfinite(float(r[1])):
-                    finest[float(r[1])] = abs(r[5] - r[4])
-            if len(finest) >= MIN_FIT_BETAS and min(finest.values()) > 0:
-                b = np.array(sorted(finest))
-                dm = np.array([finest[x] for x in b])
-                p = np.polyfit(np.log(b), np.log(dm), 1)
-                text += ["", f"{scenario}: the misplaced mass δm ∝ β^{p[0]:.2f} over β = "
-                         f"{', '.join(f'{x:g}' for x in b)} (finest resolution each)."]
-    rec = recurrence_rows(curves)
-    if rec:
-        text += ["", "Returns of a turning pair (complex dominant pair of V): the times (W2) at "
-                 "which W2 to Π#ρ0 comes back to a local minimum below the midpoint of its "
-                 "range, the intervals between them, and the lone-cluster period 2π/|Im λ| "
-                 "(half a period on, the swapped pair gives the maxima in between).", "",
-                 table(rec, ["scenario", "beta", "solver", "n", "returns: t (W2)",
-                             "intervals", "period 2π/|Im λ|", "mean interval / period"])]
+    text += mass_section(plan, curves) + recurrence_section(curves)
     write_outputs(plan, store, curves, name, text, OUT if out is None else Path(out))
     return curves
 
