@@ -396,6 +396,39 @@ def test_chebyshev_field_equals_the_table(d, beta, normalized):
     assert np.abs(coarse - ref).max() > 1e-11 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("d", [3, 512])
+def test_field_of_two_polar_atoms_at_large_beta(d):
+    # all the mass in the two pole cells at beta = 10^4: the kernel, scaled by its row's
+    # maximum, underflows wherever the mass is for most rows, which are then summed in log
+    # space (and kept for the next call). Two sources give theta' in closed form:
+    # theta' = sum_k m_k K_k [v2 cos t sin s_k r_k - v1 sin t cos s_k] / sum_k m_k K_k
+    beta, n, (v1, v2) = 1e4, 400, (1.0, 0.5)
+    model = sp.Model(V=np.diag([v1] + [v2] * (d - 1)), beta=beta, d=d)
+    edges = np.linspace(0.0, np.pi, n + 1)
+    theta, faces = 0.5 * (edges[1:] + edges[:-1]), edges[1:-1]
+    masses = np.zeros(n)
+    masses[[0, -1]] = 0.6, 0.4
+    field = ZonalField(model, np.eye(d)[0], faces, theta)
+    first, second = field.speed(masses), field.speed(masses)
+    nu, s, m = 0.5 * (d - 3), theta[[0, -1]][None, :], masses[[0, -1]][None, :]
+    t = faces[:, None]
+    z = beta * np.sin(t) * np.sin(s)
+    lm0 = log_mean_exp(nu, z)
+    lw = beta * np.cos(t) * np.cos(s) + lm0 + np.log(m)
+    w = np.exp(lw - lw.max(axis=1, keepdims=True))
+    ref = np.sum(w * (v2 * np.cos(t) * np.sin(s) * mean_ratio(nu, z, lm0)
+                      - v1 * np.sin(t) * np.cos(s)), axis=1) / w.sum(axis=1)
+    # one log-sum-exp of two terms against another: round-off of the O(beta) exponents,
+    # 1e4 * 2e-16 relative to the weights, far below 1e-10 of the largest speed
+    assert np.abs(first - ref).max() <= 1e-10 * np.abs(ref).max()
+    assert np.array_equal(first, second)  # the kept rows give the same field
+    # at the equator face the two atoms pull with weights 0.6 and 0.4 alone (sin is even
+    # about pi/2, so both kernels are equal): -v1 cos(h/2) (0.6 - 0.4); sin(pi - h/2) carries
+    # the rounding of pi - h/2, 2e-16/(h/2) = 5e-14 relative in z = beta sin(h/2) = 40, which
+    # moves log m0 by ~2e-12: 1e-10 relative
+    assert first[n // 2 - 1] == pytest.approx(-v1 * np.cos(np.pi / (2 * n)) * 0.2, rel=1e-10)
+
+
 def test_lagrange_stencils_reproduce_polynomials():
     bins, order = 5, 6
     x = np.linspace(0.0, np.pi, 97)

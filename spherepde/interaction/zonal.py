@@ -180,7 +180,8 @@ class ZonalField:
         if not np.isfinite(model.beta):
             raise ValueError("ZonalField is the finite-beta field; at beta = inf use "
                              "zero_temperature_speed (the field is local)")
-        _, _, v1, v2 = axial_coefficients(model, axis)
+        self._coefficients = axial_coefficients(model, axis)
+        _, _, v1, v2 = self._coefficients
         self.normalized = model.normalized
         self.beta = model.beta
         t = np.asarray(targets, dtype=np.float64)
@@ -215,21 +216,37 @@ class ZonalField:
     def _log_space_rows(self, rows, m, num, den):
         """Numerator and denominator of the rows whose kernel, scaled by its maximum, is zero
         wherever the mass is: rescaled by the row's largest kernel·mass instead."""
-        model = self._model
-        nu = 0.5 * (model.d - 3)
-        b1, b2, v1, v2 = axial_coefficients(model, self._axis)
-        t = self._targets[rows][:, None]
-        s = self._sources[None, :]
-        z = model.beta * b2 * np.sin(t) * np.sin(s)
-        lm0 = log_mean_exp(nu, z)
+        log_k, ratio = self._log_rows(rows)
+        t = self._targets[rows]
         with np.errstate(divide="ignore"):
-            lw = model.beta * b1 * np.cos(t) * np.cos(s) + lm0 + np.log(m)[None, :]
+            lw = log_k + np.log(m)[None, :]
         W = np.exp(lw - lw.max(axis=1, keepdims=True))
         num, den = num.copy(), den.copy()
         den[rows] = W.sum(axis=1)
-        num[rows] = (v2 * np.cos(t[:, 0]) * np.sum(W * np.sin(s) * mean_ratio(nu, z, lm0), 1)
-                     - v1 * np.sin(t[:, 0]) * np.sum(W * np.cos(s), axis=1))
+        num[rows] = (self._v2 * np.cos(t) * np.sum(W * ratio, axis=1)
+                     - self._v1 * np.sin(t) * np.sum(W * np.cos(self._sources), axis=1))
         return num, den
+
+    def _log_rows(self, rows):
+        """log K and sinθ' r_ν(z) of the target rows ``rows`` against every source, (len(rows),
+        n) each. Rows are computed once and kept: once the mass has collapsed onto the poles at
+        large β the same rows (those about the equator) underflow at every call, and their
+        Bessel functions cost a hundred matrix-vector products each (d = 512, β = 10^4)."""
+        cache = self.__dict__.setdefault("_log_row_cache", {})
+        missing = [int(i) for i in rows if int(i) not in cache]
+        if missing:
+            b1, b2, _, _ = self._coefficients
+            nu = 0.5 * (self._model.d - 3)
+            t = self._targets[missing][:, None]
+            s = self._sources[None, :]
+            z = self.beta * b2 * np.sin(t) * np.sin(s)
+            lm0 = log_mean_exp(nu, z)
+            log_k = self.beta * b1 * np.cos(t) * np.cos(s) + lm0
+            ratio = np.sin(s) * mean_ratio(nu, z, lm0)
+            for j, i in enumerate(missing):
+                cache[i] = (log_k[j], ratio[j])
+        return (np.array([cache[int(i)][0] for i in rows]),
+                np.array([cache[int(i)][1] for i in rows]))
 
 
 #: Chebyshev field: nodes per bin, and the bin width times the kernel's rate β(|b1| + |b2|)
@@ -306,7 +323,8 @@ class ChebyshevZonalField(ZonalField):
         if not np.isfinite(model.beta):
             raise ValueError("ChebyshevZonalField is the finite-beta field; at beta = inf use "
                              "zero_temperature_speed (the field is local)")
-        _, _, v1, v2 = axial_coefficients(model, axis)
+        self._coefficients = axial_coefficients(model, axis)
+        _, _, v1, v2 = self._coefficients
         self.normalized, self.beta = model.normalized, model.beta
         self.bins, self.order = chebyshev_bins(model, axis, order, rate), int(order)
         nodes = chebyshev_nodes(self.bins, self.order)
