@@ -397,7 +397,7 @@ def test_chebyshev_field_equals_the_table(d, beta, normalized):
 
 
 @pytest.mark.parametrize("d", [3, 512])
-def test_field_of_two_polar_atoms_at_large_beta(d):
+def test_field_of_two_polar_atoms_at_large_beta(d, monkeypatch):
     # all the mass in the two pole cells at beta = 10^4: the kernel, scaled by its row's
     # maximum, underflows wherever the mass is for most rows, which are then summed in log
     # space (and kept for the next call). Two sources give theta' in closed form:
@@ -422,6 +422,12 @@ def test_field_of_two_polar_atoms_at_large_beta(d):
     # 1e4 * 2e-16 relative to the weights, far below 1e-10 of the largest speed
     assert np.abs(first - ref).max() <= 1e-10 * np.abs(ref).max()
     assert np.array_equal(first, second)  # the kept rows give the same field
+    # with room for only 10 kept rows, the rest are recomputed at each call: same field
+    monkeypatch.setattr("spherepde.interaction.zonal.LOG_ROW_CACHE_BYTES", 10 * 16 * n)
+    small = ZonalField(model, np.eye(d)[0], faces, theta)
+    assert np.array_equal(small.speed(masses), first)
+    assert np.array_equal(small.speed(masses), first)
+    assert len(small._log_row_cache) == 10
     # at the equator face the two atoms pull with weights 0.6 and 0.4 alone (sin is even
     # about pi/2, so both kernels are equal): -v1 cos(h/2) (0.6 - 0.4); sin(pi - h/2) carries
     # the rounding of pi - h/2, 2e-16/(h/2) = 5e-14 relative in z = beta sin(h/2) = 40, which

@@ -231,8 +231,10 @@ class ZonalField:
         """log K and sinθ' r_ν(z) of the target rows ``rows`` against every source, (len(rows),
         n) each. Rows are computed once and kept: once the mass has collapsed onto the poles at
         large β the same rows (those about the equator) underflow at every call, and their
-        Bessel functions cost a hundred matrix-vector products each (d = 512, β = 10^4)."""
+        Bessel functions cost a hundred matrix-vector products each (d = 512, β = 10^4).
+        What is kept stops growing at LOG_ROW_CACHE_BYTES; rows past it are recomputed."""
         cache = self.__dict__.setdefault("_log_row_cache", {})
+        fresh = {}
         missing = [int(i) for i in rows if int(i) not in cache]
         if missing:
             b1, b2, _, _ = self._coefficients
@@ -243,11 +245,15 @@ class ZonalField:
             lm0 = log_mean_exp(nu, z)
             log_k = self.beta * b1 * np.cos(t) * np.cos(s) + lm0
             ratio = np.sin(s) * mean_ratio(nu, z, lm0)
+            room = LOG_ROW_CACHE_BYTES // (16 * len(self._sources)) - len(cache)
             for j, i in enumerate(missing):
-                cache[i] = (log_k[j], ratio[j])
-        return (np.array([cache[int(i)][0] for i in rows]),
-                np.array([cache[int(i)][1] for i in rows]))
+                (cache if j < room else fresh)[i] = (log_k[j], ratio[j])
+        got = [cache.get(int(i)) or fresh[int(i)] for i in rows]
+        return np.array([g[0] for g in got]), np.array([g[1] for g in got])
 
+
+#: Memory the log-space rows of a ZonalField may keep between calls (two float64 rows each).
+LOG_ROW_CACHE_BYTES = 256 * 2**20
 
 #: Chebyshev field: nodes per bin, and the bin width times the kernel's rate β(|b1| + |b2|)
 CHEBYSHEV_ORDER = 16
