@@ -96,6 +96,24 @@ def test_threads_do_not_change_the_result():
     np.testing.assert_array_equal(one, two)
 
 
+def test_tiles_leave_the_blas_thread_count_as_they_found_it():
+    # the tiles make OpenBLAS single-threaded while they run; left so, every later matmul of
+    # the process would run on one core. OpenBLAS's setter returns the count it replaces.
+    from spherepde.interaction import tiled
+    setter = tiled._SET_LOCAL_BLAS_THREADS
+    if setter is None:
+        pytest.skip("numpy's BLAS is not an OpenBLAS with openblas_set_num_threads_local")
+    found = setter(2)
+    try:
+        if setter(2) < 2:
+            pytest.skip("this OpenBLAS was started with a single thread")
+        x, keys, values, w = random_problem(16, 3000, 700, seed=2)
+        attention_tiled(x, keys, values, w, 8.0, True, threads=2, query_tile=64)
+        assert setter(2) == 2
+    finally:
+        setter(found)
+
+
 def test_usa_overflow_raises():
     x, keys, values, w = random_problem(16, 50, 5, seed=8)
     with pytest.raises(FloatingPointError, match="USA"):
