@@ -98,18 +98,22 @@ def test_threads_do_not_change_the_result():
 
 def test_tiles_leave_the_blas_thread_count_as_they_found_it():
     # the tiles make OpenBLAS single-threaded while they run; left so, every later matmul of
-    # the process would run on one core. OpenBLAS's setter returns the count it replaces.
+    # the process would run on one core. One tile (run in the calling thread) and many (a
+    # pool of two threads, which must not race on what they put back).
     from spherepde.interaction import tiled
-    setter = tiled._SET_LOCAL_BLAS_THREADS
+    setter, getter = tiled._SET_LOCAL_BLAS_THREADS, tiled._GET_BLAS_THREADS
     if setter is None:
         pytest.skip("numpy's BLAS is not an OpenBLAS with openblas_set_num_threads_local")
-    found = setter(2)
+    found = getter()
     try:
-        if setter(2) < 2:
+        setter(2)
+        if getter() < 2:
             pytest.skip("this OpenBLAS was started with a single thread")
         x, keys, values, w = random_problem(16, 3000, 700, seed=2)
-        attention_tiled(x, keys, values, w, 8.0, True, threads=2, query_tile=64)
-        assert setter(2) == 2
+        for tile in (1024, 64):
+            for _ in range(5):
+                attention_tiled(x, keys, values, w, 8.0, True, threads=2, query_tile=tile)
+                assert getter() == 2
     finally:
         setter(found)
 

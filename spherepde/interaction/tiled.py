@@ -152,24 +152,33 @@ def _query_tile(xb, keys, values, logw, bound, online, key_tile):
     return acc, s, shift
 
 
-def _find_local_blas_threads():
-    """OpenBLAS's ``openblas_set_num_threads_local`` (OpenBLAS >= 0.3.27: the BLAS thread count
-    of the calling thread only) in the OpenBLAS that numpy's matmul calls, or None."""
+def _find_blas_threads():
+    """OpenBLAS's ``openblas_set_num_threads_local`` (OpenBLAS >= 0.3.27) and its thread-count
+    getter in the OpenBLAS that numpy's matmul calls, or (None, None)."""
     libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
     for path in sorted(glob.glob(os.path.join(libs, "*openblas*"))):
         try:
-            fn = ctypes.CDLL(path).openblas_set_num_threads_local
+            lib = ctypes.CDLL(path)
+            setter = lib.openblas_set_num_threads_local
         except (OSError, AttributeError):
             continue
-        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-        return fn
-    return None
+        setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+        getter = next((getattr(lib, name) for name in (
+            "openblas_get_num_threads", "scipy_openblas_get_num_threads64_",
+            "openblas_get_num_threads64_") if hasattr(lib, name)), None)
+        if getter is not None:
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            return setter, getter
+    return None, None
 
 
-#: Makes the BLAS of the calling thread single-threaded, so that the threads over query
-#: tiles do not each start BLAS threads (measured 10x slower on 2 cores); None where numpy's
-#: BLAS is not a recent OpenBLAS: then set OPENBLAS_NUM_THREADS=1 (or MKL's equivalent).
-_SET_LOCAL_BLAS_THREADS = _find_local_blas_threads()
+#: Makes the BLAS single-threaded while the threads over query tiles run, so that they do not
+#: each start BLAS threads (measured 10x slower on 2 cores), and reads the count to put back
+#: afterwards: in the bundled OpenBLAS the "local" setter changes the process's count (left at
+#: 1, every later matmul of the process runs on one core: a 4000^2 dgemm on 2 cores went from
+#: 167 to 89 GFLOP/s), and two tiles restoring their own "previous" values race. None where
+#: numpy's BLAS is not a recent OpenBLAS: then set OPENBLAS_NUM_THREADS=1 (or MKL's).
+_SET_LOCAL_BLAS_THREADS, _GET_BLAS_THREADS = _find_blas_threads()
 
 _POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
 _POOL_LOCK = threading.Lock()
@@ -243,23 +252,24 @@ def attention_tiled(x, keys, values, weights, beta: float, normalized: bool, *,
     starts = range(0, m, query_tile)
 
     def work(q0):
-        local = _SET_LOCAL_BLAS_THREADS is not None and threads > 1
-        before = _SET_LOCAL_BLAS_THREADS(1) if local else None
-        try:
-            q1 = min(m, q0 + query_tile)
-            return _query_tile(xb[q0:q1], keys, values, logw, bound[q0:q1],
-                               bool(wide[q0:q1].any()), key_tile)
-        finally:
-            # the count is OpenBLAS's own state, not only this thread's: left at 1 it slows
-            # every later matmul of the process (a 4000^2 dgemm on 2 cores: 167 -> 89 GFLOP/s)
-            if local:
-                _SET_LOCAL_BLAS_THREADS(before)
+        if local:
+            _SET_LOCAL_BLAS_THREADS(1)
+        q1 = min(m, q0 + query_tile)
+        return _query_tile(xb[q0:q1], keys, values, logw, bound[q0:q1],
+                           bool(wide[q0:q1].any()), key_tile)
 
     threads = get_num_threads() if threads is None else int(threads)
-    if threads > 1 and len(starts) > 1:
-        parts = list(_pool(threads).map(work, starts))
-    else:
-        parts = [work(q0) for q0 in starts]
+    # one-thread BLAS whatever the tile threads, so that the result does not depend on them
+    local = _SET_LOCAL_BLAS_THREADS is not None
+    found = _GET_BLAS_THREADS() if local else None
+    try:
+        if threads > 1 and len(starts) > 1:
+            parts = list(_pool(threads).map(work, starts))
+        else:
+            parts = [work(q0) for q0 in starts]
+    finally:
+        if local:  # the count this process had, whatever the tiles left (see above)
+            _SET_LOCAL_BLAS_THREADS(found)
     acc = np.concatenate([p[0] for p in parts])
     s = np.concatenate([p[1] for p in parts])
     shift = np.concatenate([p[2] for p in parts])
