@@ -80,9 +80,23 @@ def measure(n, d, queries, solve, beta=4.0):
                                                                 [0.0, 0.01])
         t_solve = time.perf_counter() - t0
     err = float(np.abs(model.attention(q[:512], x, kernel="auto") - ref[:512]).max())
+    a = np.random.default_rng(1).random((4000, 4000))
+    peak = 2 * 4000**3 / min(_timed(lambda: a @ a) for _ in range(3)) / 1e9
     chosen = resolve_kernel("auto", KernelProblem(n, n, d, beta * float(np.linalg.norm(
         model.B, 2))))
-    return {"auto": t_auto, "numpy": t_numpy, "solve": t_solve, "kernel": chosen, "err": err}
+    return {"auto": t_auto, "numpy": t_numpy, "solve": t_solve, "kernel": chosen, "err": err,
+            "peak": peak, "gflops": 4.0 * n * n * d / t_auto / 1e9}
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+#: Field evaluations of the d = 64 cross-check run (validation/zonal_particles.py: RK4,
+#: dt = 0.1, to t = 8): 80 steps of 4.
+RUN_EVALUATIONS = 320
 
 
 def run_child(threads, n, d, queries, solve):
@@ -118,10 +132,12 @@ def main(argv=None):
     table = markdown_table(
         ["threads", "kernel", "auto eval s", "numpy eval s", "one-step solve s",
          "numpy / auto", "speed-up of auto vs 1 thread", "speed-up of the solve",
-         "max abs diff", "load before / after"],
+         "max abs diff", "load before / after", "auto GFLOP/s", "dgemm peak GFLOP/s",
+         f"run of {RUN_EVALUATIONS} evaluations h"],
         [[r["threads"], r["kernel"], r["auto"], r["numpy"], r["solve"], r["numpy"] / r["auto"],
           one["auto"] / r["auto"], one["solve"] / r["solve"], f"{r['err']:.1e}",
-          "{:.1f} / {:.1f}".format(*r["load"])] for r in rows])
+          "{:.1f} / {:.1f}".format(*r["load"]), r["gflops"], r["peak"],
+          RUN_EVALUATIONS * r["auto"] / 3600] for r in rows])
     body = f"""## N = {args.n} tokens in d = {args.d}: one field evaluation and a one-step solve
 
 Tokens uniform on S^(d-1), beta = 4, SA, Q = K = V = I, float64. Each thread count runs in a
@@ -131,9 +147,12 @@ against all N keys, scaled by N/{args.queries} to one whole evaluation; *numpy*:
 chunked softmax on the same queries (256 a chunk, logits by matmul, max shift, exp, second
 matmul), scaled alike; *solve*: `ParticleSolver(model, scheme="euler",
 dt=0.01).solve(x, [0, 0.01])` on all N tokens, one step, unscaled (nan: not run). The machine
-has {os.cpu_count()} cores and was shared with other long runs (the 1-minute load average is
-in the table): read the ratios, not the absolute times. "max abs diff": auto's attention
-output against numpy's on 512 queries.
+has {os.cpu_count()} cores; the 1-minute load average before and after each process is in the
+table (other jobs' load shows there). "max abs diff": auto's attention output against numpy's
+on 512 queries. auto GFLOP/s counts the two matrix products, 4·N²·d flops (not the
+exponentials); the dgemm peak is a 4000 × 4000 numpy matmul in the same process, best of 3.
+The last column: the cross-check run of validation/zonal_particles.py (RK4, dt = 0.1, to
+t = 8) at this N, {RUN_EVALUATIONS} evaluations at the auto time.
 
 {table}
 """
