@@ -40,31 +40,28 @@ is beyond float64, and :func:`~spherepde.interaction.numerics.check_usa_overflow
 log-partition :math:`m_i + \log s_i` before that.
 
 Parallelism: query tiles are shared among ``numba.get_num_threads()`` Python threads; the
-dgemm calls and the numba pass release the GIL, and each thread's BLAS is made single-threaded
-(:data:`_SET_LOCAL_BLAS_THREADS`). Against one thread of tiles calling a two-thread BLAS the
-two measured within the machine's noise (numpy/tiled 10.7 against 5.9 at d = 16, 3.8 against
-5.2 at d = 64, 1.40 against 1.67 at d = 512, 1.03 against 1.08 at d = 1024, N = 10^4, one
-loaded run); threads over tiles are kept because the exponential pass then runs on every core
-too, and the result does not depend on how the BLAS was configured.
+dgemm calls and the numba pass release the GIL, and the BLAS is single-threaded while the
+tiles run (:data:`_SET_LOCAL_BLAS_THREADS`), then given back the thread count it had. Threads
+over tiles put the exponential pass on every core too, and the result does not depend on the
+thread count or on how the BLAS was configured. Measured on an idle 2-core machine
+(docs/benchmarks/particles.md, N = 10^4): 0.21, 0.45, 0.74 and 0.69 of a 2-thread dgemm's
+GFLOP/s at d = 16, 64, 512, 1024, and 5.5, 3.2, 1.6 and 1.15 times the plain numpy softmax.
 
 Cost model for ``kernel="auto"`` (``AutoProfile.tiled_min_dim`` in
 :mod:`spherepde.interaction.options`): **tiled when d >= 16** and m·n >=
-``AutoProfile.numba_min_pairs``, the fused kernel below. Measured on the 2-core machine (8
-processes sharing it, load average 5), fused time / tiled time, beta = 4, N × N, interleaved
-(benchmarks/particles.py ``--highd``, docs/benchmarks/particles.md)::
+``AutoProfile.numba_min_pairs``, the fused kernel below. Measured on the idle 2-core machine,
+fused time / tiled time, beta = 4, N × N, interleaved (benchmarks/particles.py ``--highd``,
+docs/benchmarks/particles.md)::
 
     threads  N      d=3   d=4   d=6   d=8   d=16  d=32  d=64
-    1        2000   0.75  0.81  0.94  1.48  1.91  1.95  3.81
-    1        8000   0.38  1.25  0.45  1.05  2.36  4.96  7.27
-    2        2000   0.31  0.43  0.37  0.52  1.04  1.57  5.88
-    2        8000   0.64  0.72  0.80  1.00  1.90  4.45  7.39
+    1        2000   0.66  0.95  1.05  1.23  1.64  2.48  3.63
+    1        8000   0.64  0.90  0.97  1.25  1.85  4.79  6.73
+    2        2000   0.38  0.63  0.96  0.88  1.09  1.70  2.67
+    2        8000   0.54  0.90  1.00  1.07  1.88  3.91  6.03
 
-From d = 16 the tiled kernel is faster at both thread counts from N = 2000 on (at N = 500
-and 1000 with two threads the two runs disagree: 0.75-0.85 in this one, 4-14 in an earlier
-one); d = 8 is a tie with two threads (0.52-1.00 here, 1.3-1.9 earlier) and a 1.05-1.7x win
-with one, so the fused kernel keeps it; at d <= 6 the fused kernel wins. Against the plain
-chunked numpy softmax at N = 10^4 the tiled kernel is 10.7x (d = 16), 3.8x (64), 1.40x (512)
-and 1.03x (1024) faster, at 0.48-0.87 of the dgemm rate measured alongside.
+From d = 16 the tiled kernel is faster at both thread counts and every N measured (500 to
+8000); d = 8 is a tie with two threads (0.70-1.07) and a 1.2-1.4x win with one, so the fused
+kernel keeps it; at d <= 6 the fused kernel wins or ties.
 """
 from __future__ import annotations
 
