@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+import timeit
 
 _CHILD = """
 import json, sys, time
@@ -81,17 +82,11 @@ def measure(n, d, queries, solve, beta=4.0):
         t_solve = time.perf_counter() - t0
     err = float(np.abs(model.attention(q[:512], x, kernel="auto") - ref[:512]).max())
     a = np.random.default_rng(1).random((4000, 4000))
-    peak = 2 * 4000**3 / min(_timed(lambda: a @ a) for _ in range(3)) / 1e9
+    peak = 2 * 4000**3 / min(timeit.repeat(lambda: a @ a, number=1, repeat=3)) / 1e9
     chosen = resolve_kernel("auto", KernelProblem(n, n, d, beta * float(np.linalg.norm(
         model.B, 2))))
     return {"auto": t_auto, "numpy": t_numpy, "solve": t_solve, "kernel": chosen, "err": err,
             "peak": peak, "gflops": 4.0 * n * n * d / t_auto / 1e9}
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 #: Field evaluations of the d = 64 cross-check run (validation/zonal_particles.py: RK4,

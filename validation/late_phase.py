@@ -814,11 +814,12 @@ def recurrence_rows(curves):
     period 2 pi / |Im lambda| (the direction of e^{sV} x0 in that plane). Rows per curve and
     resolution: the returns of W2 to Pi#rho_0, the intervals between them, and that period."""
     rows = []
+    spectra = {sc: eigen_data(sc)["V eigenvalues"][0] for sc in {c.scenario for c in curves}}
     for c in curves:
-        ev = eigen_data(c.scenario)["V eigenvalues"]
-        if abs(ev[0].imag) < 1e-12:
+        lam = spectra[c.scenario]
+        if abs(lam.imag) < 1e-12:
             continue
-        period = 2 * math.pi / abs(ev[0].imag)
+        period = 2 * math.pi / abs(lam.imag)
         for n, d in ((c.coarse_n, c.coarse), (c.n, c.data)):
             if d is None:
                 continue
