@@ -1,10 +1,14 @@
 """Shared output handling of the validation scripts: one figure and one table per result."""
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
+import time
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -31,3 +35,29 @@ def publish(name: str, fig, title: str, text: str) -> Path:
     io.write_text(OUT / f"{name}.md", f"# {title}\n\n{text}\n\n![{name}]({name}.png)\n")
     print(f"# {title}\n\n{text}\n\nwritten: {OUT / name}.png, .md", file=sys.stdout)
     return OUT / f"{name}.md"
+
+
+def run_key(spec: dict) -> str:
+    """A short hash of a run's description: its file name changes when any setting does."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def stored_run(store: Path, name: str, spec: dict, compute=None):
+    """The run ``name`` of description ``spec`` under ``store``: loaded when saved, else
+    computed by ``compute()`` (a dict of arrays) and saved atomically with its wall and CPU
+    seconds, so an interrupted study loses at most the run in progress; None when it is not
+    saved and ``compute`` is None."""
+    path = store / f"{name}_{run_key(spec)}.npz"
+    if path.exists():
+        return io.load_npz(path)
+    if compute is None:
+        return None
+    print(f"  running {name} ...", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    data = compute()
+    data["seconds"] = np.array(time.perf_counter() - t0)
+    data["cpu_seconds"] = np.array(time.process_time() - c0)
+    store.mkdir(parents=True, exist_ok=True)
+    io.save_npz(path, meta=spec, **data)
+    print(f"    done in {float(data['seconds']):.0f} s", flush=True)
+    return io.load_npz(path)

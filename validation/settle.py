@@ -23,14 +23,11 @@ Run (one part at a time; each run is a few minutes on one core):
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import sys
-import time
 
 import numpy as np
-from _common import OUT, table
+from _common import OUT, stored_run, table
 from low_temperature import (
     CONVERGED_FRACTION,
     _density_row,
@@ -60,24 +57,9 @@ def times_until(t_end: float) -> np.ndarray:
     return np.linspace(0.0, t_end, int(round(t_end / STEP)) + 1)
 
 
-def _key(spec: dict) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-
-
 def stored(name: str, spec: dict, compute):
-    """The run ``name`` of description ``spec``: loaded when saved, else computed by
-    ``compute()`` (a dict of arrays) and saved atomically with its wall and CPU seconds."""
-    path = STORE / f"{name}_{_key(spec)}.npz"
-    if path.exists():
-        return io.load_npz(path)
-    print(f"  running {name} ...", flush=True)
-    t0, c0 = time.perf_counter(), time.process_time()
-    data = compute()
-    data["seconds"] = np.array(time.perf_counter() - t0)
-    data["cpu_seconds"] = np.array(time.process_time() - c0)
-    io.save_npz(path, meta=spec, **data)
-    print(f"    done in {float(data['seconds']):.0f} s", flush=True)
-    return io.load_npz(path)
+    """The run ``name`` of description ``spec`` under STORE (see ``_common.stored_run``)."""
+    return stored_run(STORE, name, spec, compute)
 
 
 # ------------------------------------------------------------------------------ runners

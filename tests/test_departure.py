@@ -1,0 +1,85 @@
+"""The departure study's probe: closed forms for its W2, its speed ratio and its interventions,
+and one tiny run end to end."""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import spherepde as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import departure as dp  # noqa: E402
+import late_phase as lp  # noqa: E402
+
+
+def test_w2_to_two_antipodal_atoms_matches_the_general_solver():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(300, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = rng.random(300)
+    w /= w.sum()
+    e = np.array([0.6, 0.8, 0.0])
+    atoms = sp.PointCloud(np.array([e, -e]), np.array([0.37, 0.63]))
+    ref = sp.w2(sp.PointCloud(x, w), atoms)
+    assert abs(dp.w2_two_antipodal(x, w, e, 0.37) - float(ref)) <= ref.upper - ref.lower + 1e-9
+
+
+def test_speed_ratio_of_a_cluster_at_e_with_mass_at_its_attention_target():
+    # At e (A's eigenvector) P_e V B^T e = P_e A e = 0, so with a share s of the attention at
+    # the target b = B^T e / |B^T e| the centre moves at (1 - s) of the lone-cluster speed.
+    probe = dp.Probe(lp.model_for("R1", 256.0))
+    e = np.array([1.0, 0.0, 0.0])
+    b = probe.B.T @ e / np.linalg.norm(probe.B.T @ e)
+    for eps in (1e-4, 1e-3, 1e-2):
+        x, w = np.array([e, b]), np.array([1 - eps, eps])
+        row = probe.row(x, w, e)
+        assert 0 < row["share"] < 1 and row["tail_mass"] == eps
+        assert abs(row["ratio"] - (1 - row["share"])) < 1e-12
+    # a lone cluster: no tail, free
+    row = probe.row(np.array([e, e]), np.array([0.5, 0.5]), e)
+    assert row["share"] == 0 and abs(row["ratio"] - 1) < 1e-12
+
+
+def _two_clusters_with_tails(probe):
+    e = np.array([1.0, 0.0, 0.0])
+    far = np.array([math.cos(0.5), math.sin(0.5), 0.0])
+    x = np.array([e, e, far, -e, -far])
+    w = np.array([0.3, 0.3, 0.02, 0.35, 0.03])
+    return x, w, e
+
+
+def test_interventions_keep_each_side_s_mass():
+    probe = dp.Probe(lp.model_for("R1", 64.0))
+    x, w, e = _two_clusters_with_tails(probe)
+    side_mass = [w[x[:, 0] > 0].sum(), w[x[:, 0] < 0].sum()]
+    xm, wm = x.copy(), w.copy()
+    assert abs(dp.apply_event(probe, xm, wm, e, "move") - 0.05) < 1e-15
+    assert np.allclose(xm[[2, 4]], [e, -e]) and np.array_equal(wm, w)
+    xs, ws = x.copy(), w.copy()
+    dp.apply_event(probe, xs, ws, e, "4")
+    assert np.allclose(ws[[2, 4]], 4 * w[[2, 4]])
+    assert np.allclose([ws[xs[:, 0] > 0].sum(), ws[xs[:, 0] < 0].sum()], side_mass)
+
+
+def test_time_scales_of_closed_form_curves():
+    # W2 = |t - 3| + 0.1: t* = 3, back at 1.5 x 0.1 at t = 3.05; ratio = t / 10 crosses 1/2
+    # at t = 5 and stays above; an intervention at t = 4.9 turns that crossing into 4.9
+    t = np.linspace(0.0, 10.0, 101)
+    d = {"times": t, "w2": np.abs(t - 3) + 0.1, "ratio": t / 10, "share": 1 - t / 10,
+         "tail_mass": np.exp(-2 * t)}
+    s = dp.time_scales(d)
+    assert s["t*"] == 3 and abs(s["t_dep"] - 3.05) < 1e-12 and abs(s["t_rel"] - 5) < 1e-12
+    assert abs(s["tail rate"] - 2) < 1e-9
+    d["ratio"] = np.where(t < 4.95, 0.3, 0.9)
+    assert abs(dp.time_scales(d, t_event=5.0)["t_rel"] - 5.0) < 1e-12
+
+
+def test_a_tiny_plan_end_to_end(tmp_path):
+    plan = dp.Plan((dp.Run(64.0, 200, 0.5), dp.Run(64.0, 200, 0.5, "move", 0.25)))
+    for run in plan.runs:
+        d = dp.load(tmp_path, run)
+        assert len(d["w2"]) == 3 and np.all(np.isfinite(d["ratio"]))
+    assert float(dp.load(tmp_path, plan.runs[1])["acted"]) > 0
+    dp.report(plan, tmp_path, "tiny", folder=tmp_path)
+    assert "tail removed at t = 0.25" in (tmp_path / "tiny.md").read_text()

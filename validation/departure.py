@@ -1,0 +1,372 @@
+"""What holds the dominant cluster near e after t*, and what releases it (scenario R1).
+
+In R1 (docs/theory.md §3.4) the mass reaches Pi#rho_0 = m+ delta_e + m- delta_-e near t*,
+stays near it for a while, then leaves along the lone-cluster flow x' = P_x V x towards +-v.
+A cluster at c that attends only to itself moves at the lone-cluster velocity P_c V c, which
+at c = e is 0.26 in R1: it would leave at once. This study measures why it does not.
+
+For tokens on rho_0's product Gauss rule (the late-phase study's particle runs), at every
+output:
+
+- the + cluster's centre c (mean shift from e), its angle from e;
+- a query at c: its attention a_j ~ w_j exp(beta <c, B x_j>), the share of that attention
+  carried by the *tail*, the tokens farther than two attention widths 2 / sqrt(beta <c, Bc>)
+  from c, and the tail's mass;
+- the centre's speed |P_c V m(c)| (m(c) = sum_j a_j x_j, the velocity of a token at c) against
+  the lone-cluster speed |P_c V c|: the *speed ratio*, 1 for a free cluster.
+
+Interventions, at a time T inside the hold (T = t* + 1), on the same run otherwise:
+
+- ``move``: the tail removed, every token farther than two attention widths from its own
+  cluster's centre put onto that centre (each side's mass kept, Pi#rho_0 unchanged);
+- ``scale f``: the tail's weights times f, the rest of its side scaled to keep that side's mass.
+
+Times: t* (minimum of W2 to Pi#rho_0), t_dep (W2 back at 1.5 x its minimum, the late-phase
+study's definition) and t_rel, the release: the first time after t* from which the speed
+ratio stays above 1/2.
+
+Every run is saved atomically under ``validation/output/departure[_quick]_runs/`` and reused;
+``validation/output/departure[_quick].{md,png}`` are written from the saved runs.
+
+Run:
+    .venv/bin/python validation/departure.py --quick    # about 2 minutes on one core
+    .venv/bin/python validation/departure.py            # about 1.5 CPU hours
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+from _common import OUT, stored_run, table
+from late_phase import DEP_FRACTION, model_for
+from low_temperature import _particle_solver, initial
+
+from spherepde import io
+
+#: Output spacing.
+STEP = 0.25
+#: The tail: tokens farther than this many attention widths 1 / sqrt(beta <c, Bc>) from c.
+TAIL_WIDTHS = 2.0
+#: Mean-shift radii (rad) that locate a cluster's centre from a guess, coarse to fine.
+SHIFT_RADII = (0.3, 0.15, 0.08, 0.05, 0.05, 0.05)
+#: The release: the speed ratio stays above this from then on.
+RELEASE_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class Run:
+    beta: float
+    n: int
+    t_end: float
+    event: str = ""        # "", "move" or a factor f (as text) applied to the tail at t_event
+    t_event: float = math.nan
+
+    @property
+    def name(self) -> str:
+        tag = f"_{self.event}@{self.t_event:g}" if self.event else ""
+        return f"R1_beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
+
+    @property
+    def label(self) -> str:
+        if not self.event:
+            return f"N = {self.n}"
+        what = "tail removed" if self.event == "move" else f"tail x {self.event}"
+        return f"N = {self.n}, {what} at t = {self.t_event:g}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    runs: tuple
+
+    def betas(self):
+        return sorted({r.beta for r in self.runs})
+
+
+def _plan_for(betas_t, counts, events):
+    """Base runs at every token count, and each event at the first count, per (beta, t_end,
+    t_event); computed in order of token count."""
+    runs = []
+    for beta, t_end, t_event in betas_t:
+        runs += [Run(beta, n, t_end) for n in counts]
+        runs += [Run(beta, counts[0], t_end, ev, t_event) for ev in events]
+    return Plan(tuple(sorted(runs, key=lambda r: r.n)))  # the cheap runs first
+
+
+QUICK = _plan_for([(64.0, 10.0, 5.0)], [4000], ["move"])
+FULL = _plan_for([(64.0, 12.0, 5.0), (256.0, 16.0, 7.0)], [16000, 64000],
+                 ["move", "0.25", "4"])
+
+
+# ------------------------------------------------------------------------------ the probe
+def w2_two_antipodal(x, w, e, m_plus) -> float:
+    """Chordal W2 between the weighted cloud (x, w) and m+ delta_e + (1 - m+) delta_-e, exact:
+    the cost difference between the two atoms is 4 <x, e>, so the optimal plan sends the
+    m+ of mass with the largest <x, e> to e (one token split at the boundary)."""
+    s = x @ e
+    order = np.argsort(-s)
+    ws, ss = w[order], s[order]
+    before = np.cumsum(ws) - ws
+    to_plus = np.clip(m_plus - before, 0.0, ws)
+    cost = to_plus * (2 - 2 * ss) + (ws - to_plus) * (2 + 2 * ss)
+    return float(math.sqrt(max(cost.sum(), 0.0)))
+
+
+class Probe:
+    """The cluster diagnostics of one model (see the module docstring)."""
+
+    def __init__(self, model):
+        self.model, self.beta = model, model.beta
+        self.B, self.V = model.B, model.V
+
+    def centre(self, x, w, guess):
+        c = np.asarray(guess, dtype=float)
+        for r in SHIFT_RADII:
+            near = (x @ c) > math.cos(r)
+            if w[near].sum() == 0:
+                break
+            c = w[near] @ x[near]
+            c = c / np.linalg.norm(c)
+        return c
+
+    def width(self, c) -> float:
+        """One attention width at c: the softmax about c is a Gaussian of this deviation."""
+        return 1.0 / math.sqrt(self.beta * (c @ self.B @ c))
+
+    def tail(self, x, c, side):
+        """The tokens of ``side`` farther than TAIL_WIDTHS attention widths from c."""
+        return side & (np.arccos(np.clip(x @ c, -1, 1)) > TAIL_WIDTHS * self.width(c))
+
+    def row(self, x, w, c) -> dict:
+        score = self.beta * (x @ (self.B.T @ c))   # <c, B x_j>
+        a = w * np.exp(score - score.max())
+        a /= a.sum()
+        Pc = np.eye(3) - np.outer(c, c)
+        tail = self.tail(x, c, np.ones(len(x), bool))
+        lone = float(np.linalg.norm(Pc @ self.V @ c))
+        return {"angle": float(np.arccos(np.clip(c[0], -1, 1))), "share": float(a[tail].sum()),
+                "tail_mass": float(w[tail & (x[:, 0] > 0)].sum()),
+                "ratio": float(np.linalg.norm(Pc @ self.V @ (a @ x))) / lone}
+
+
+def apply_event(probe, x, w, c, event):
+    """The intervention ``event`` on each side's tail (about that side's own centre), in place;
+    returns the tail mass it acted on."""
+    acted = 0.0
+    for sign in (1.0, -1.0):
+        side = sign * x[:, 0] > 0
+        cc = probe.centre(x, w, sign * c)
+        far = probe.tail(x, cc, side)
+        acted += float(w[far].sum())
+        if event == "move":
+            x[far] = cc
+        else:
+            near = side & ~far
+            mass = w[side].sum()
+            w[far] *= float(event)
+            w[near] *= (mass - w[far].sum()) / w[near].sum()
+    return acted
+
+
+def compute(run: Run) -> dict:
+    model = model_for("R1", run.beta)
+    cloud = initial().quadrature(run.n)
+    x, w = cloud.points.copy(), cloud.weights.copy()
+    e = np.array([1.0, 0.0, 0.0])
+    m_plus = float(w[x @ e > 0].sum())
+    probe, solver = Probe(model), _particle_solver(model)
+    times = np.linspace(0.0, run.t_end, int(round(run.t_end / STEP)) + 1)
+    c, rows, acted = e, [], np.nan
+    for k, t in enumerate(times):
+        if k:
+            x = solver.solve(x, times[k - 1:k + 1], w).positions[-1]
+        c = probe.centre(x, w, c)
+        if run.event and abs(t - run.t_event) < 1e-9:
+            acted = apply_event(probe, x, w, c, run.event)
+            c = probe.centre(x, w, c)
+        rows.append({**probe.row(x, w, c), "w2": w2_two_antipodal(x, w, e, m_plus)})
+    out = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+    return {"times": times, "acted": np.array(acted), "n": np.array(len(w)), **out}
+
+
+def load(store: Path, run: Run, compute_missing=True):
+    """The saved run (computed first when missing and ``compute_missing``), else None."""
+    spec = {"beta": run.beta, "n": run.n, "t_end": run.t_end, "event": run.event,
+            "t_event": None if math.isnan(run.t_event) else run.t_event, "step": STEP,
+            "tail_widths": TAIL_WIDTHS, "version": 1}
+    return stored_run(store, run.name, spec, (lambda: compute(run)) if compute_missing else None)
+
+
+# ------------------------------------------------------------------------------ analysis
+def _crossing(t, y, level, k):
+    """The time, linearly interpolated, at which y crosses ``level`` between outputs k-1, k."""
+    if k == 0 or y[k] == y[k - 1]:
+        return float(t[k])
+    return float(t[k - 1] + (level - y[k - 1]) * (t[k] - t[k - 1]) / (y[k] - y[k - 1]))
+
+
+def time_scales(d, t_event=math.nan) -> dict:
+    """t*, min W2, t_dep, t_rel, the hold's mean speed ratio and tail share over [t*, t_rel),
+    the tail mass at t*, and its exponential decay rate over the hold (NaN where undefined).
+    A crossing in the output interval that ends at an intervention ``t_event`` is the
+    intervention itself (the curves jump there, so no interpolation)."""
+    t, w2, ratio = d["times"], d["w2"], d["ratio"]
+    k0 = int(np.argmin(w2))
+    out = {"t*": float(t[k0]), "min W2": float(w2[k0]), "t_dep": math.nan, "t_rel": math.nan}
+    level = (1 + DEP_FRACTION) * w2[k0]
+    above = np.nonzero(w2[k0:] > level)[0]
+    if len(above):
+        out["t_dep"] = _crossing(t, w2, level, k0 + int(above[0]))
+    below = np.nonzero(ratio[k0:] < RELEASE_RATIO)[0]
+    if len(below) and k0 + below[-1] + 1 < len(t):
+        k = k0 + int(below[-1]) + 1
+        out["t_rel"] = (float(t[k]) if abs(t[k] - t_event) < 1e-9
+                        else _crossing(t, ratio, RELEASE_RATIO, k))
+    hold = (t >= t[k0]) & (t < (out["t_rel"] if math.isfinite(out["t_rel"]) else t[-1]))
+    out["hold ratio"] = float(np.mean(ratio[hold])) if hold.any() else math.nan
+    out["hold share"] = float(np.mean(d["share"][hold])) if hold.any() else math.nan
+    out["tail mass at t*"] = float(d["tail_mass"][k0])
+    m = d["tail_mass"][hold]
+    ok = m > 0
+    out["tail rate"] = (float(-np.polyfit(t[hold][ok], np.log(m[ok]), 1)[0])
+                        if ok.sum() >= 3 else math.nan)
+    return out
+
+
+def _runs_by_beta(plan, store):
+    """{beta: [(run, data or None)]} in plan order."""
+    out = {}
+    for run in plan.runs:
+        out.setdefault(run.beta, []).append((run, load(store, run, compute_missing=False)))
+    return out
+
+
+def scale_rows(plan, store):
+    rows = []
+    for beta, runs in _runs_by_beta(plan, store).items():
+        for run, d in runs:
+            if d is None:
+                rows.append([f"{beta:g}", run.label] + ["not computed"] * 10)
+                continue
+            s = time_scales(d, run.t_event)
+            acted = float(d["acted"])
+            rows.append([f"{beta:g}", run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
+                         s["hold ratio"], s["hold share"], s["tail mass at t*"], s["tail rate"],
+                         "" if math.isnan(acted) else f"{acted:.3g}",
+                         f"{float(d['cpu_seconds']):.0f}"])
+    return rows
+
+
+def event_rows(plan, store):
+    """Per intervention: the shifts of t_dep and t_rel against the base run with the same N,
+    and (scale f) what an exponential tail clock predicts, log(f) / (the base run's tail
+    decay rate)."""
+    rows = []
+    for beta, runs in _runs_by_beta(plan, store).items():
+        base = {run.n: d for run, d in runs if not run.event and d is not None}
+        for run, d in runs:
+            if not run.event or d is None or run.n not in base:
+                continue
+            s, b = time_scales(d, run.t_event), time_scales(base[run.n])
+            clock = (math.log(float(run.event)) / b["tail rate"]
+                     if run.event != "move" else -math.inf)
+            rows.append([f"{beta:g}", run.label, s["t_dep"] - b["t_dep"],
+                         s["t_rel"] - b["t_rel"], clock])
+    return rows
+
+
+def n_rows(plan, store):
+    """Base runs at two token counts: the largest differences of the probe's curves and of
+    the time scales."""
+    rows = []
+    for beta, runs in _runs_by_beta(plan, store).items():
+        base = [(run, d) for run, d in runs if not run.event and d is not None]
+        for (r1, d1), (r2, d2) in zip(base, base[1:], strict=False):
+            s1, s2 = time_scales(d1), time_scales(d2)
+            m = min(len(d1["times"]), len(d2["times"]))
+            rows.append([f"{beta:g}", f"{r1.n}/{r2.n}",
+                         float(np.max(np.abs(d1["w2"][:m] - d2["w2"][:m]))),
+                         float(np.max(np.abs(d1["angle"][:m] - d2["angle"][:m]))),
+                         s2["t_dep"] - s1["t_dep"], s2["t_rel"] - s1["t_rel"]])
+    return rows
+
+
+def figure(plan, store):
+    by_beta = _runs_by_beta(plan, store)
+    fig, axes = plt.subplots(len(by_beta), 3, figsize=(14, 3.6 * len(by_beta)), squeeze=False)
+    for row, (beta, runs) in zip(axes, by_beta.items(), strict=True):
+        for run, d in runs:
+            if d is None:
+                continue
+            style = "-" if not run.event else "--"
+            for ax, key in zip(row, ("angle", "ratio", "share"), strict=True):
+                ax.plot(d["times"], d[key], style, label=run.label)
+        row[0].set_ylabel(f"beta = {beta:g}")
+        for ax, title in zip(row, ("angle of the + cluster's centre from e (rad)",
+                                   "speed ratio |P_c V m(c)| / |P_c V c|",
+                                   "attention share of the tail"), strict=True):
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("t")
+        row[1].axhline(RELEASE_RATIO, color="0.6", lw=0.7)
+        row[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+INTRO = """Scenario R1 (docs/theory.md §3.4): A = diag(1, 0.4, 0), B symmetric positive definite,
+V = A B^-1 with its dominant eigenvector v 0.59 rad from e. Tokens on rho_0's product Gauss rule,
+the late-phase study's particle solver. A query at the + cluster's centre c attends with
+weights w_j exp(beta <c, B x_j>); the *tail* is the set of tokens farther than
+{widths:g} attention widths (1 / sqrt(beta <c, Bc>)) from their cluster's centre; the *speed ratio*
+is |P_c V m(c)| / |P_c V c|, the centre's speed against that of a lone cluster at c (1: free).
+t_dep: W2 to Pi#rho_0 back at {dep:g} x its minimum; t_rel: the speed ratio above {rel:g} from then
+on. Interventions at t = t* + 1 (inside the hold): the tail moved onto its cluster's centre
+(mass kept), or its weights scaled by f (its side's mass kept)."""
+
+
+def report(plan, store, name, folder=OUT):
+    missing = [r.name for r in plan.runs if load(store, r, compute_missing=False) is None]
+    text = [INTRO.format(widths=TAIL_WIDTHS, dep=1 + DEP_FRACTION, rel=RELEASE_RATIO), ""]
+    if missing:
+        text += [f"**Partial:** not computed: {', '.join(missing)}.", ""]
+    text += ["Time scales and the hold (mean over [t*, t_rel)):", "",
+             table(scale_rows(plan, store),
+                   ["beta", "run", "t*", "min W2", "t_dep", "t_rel", "hold: speed ratio",
+                    "hold: tail share", "tail mass at t*", "tail decay rate", "mass acted on",
+                    "CPU s"]), "",
+             "Interventions against the base run with the same N (shift = intervention - "
+             "base; an exponential tail clock would shift t_rel by log(f) / rate):", "",
+             table(event_rows(plan, store),
+                   ["beta", "run", "shift of t_dep", "shift of t_rel", "clock: log(f)/rate"]),
+             "", "Token count: base runs at N and 4N:", "",
+             table(n_rows(plan, store),
+                   ["beta", "N", "max abs dW2", "max abs d angle", "d t_dep", "d t_rel"])]
+    fig = figure(plan, store)
+    with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    plt.close(fig)
+    body = "\n".join(text)
+    io.write_text(folder / f"{name}.md", "# What holds the cluster after t*, and what releases it "
+                  f"(scenario R1)\n\n{body}\n\n![{name}]({name}.png)\n")
+    print(body)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one beta, 4000 tokens (minutes)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="compute nothing: report from the runs saved so far")
+    args = ap.parse_args(argv)
+    plan, name = (QUICK, "departure_quick") if args.quick else (FULL, "departure")
+    store = OUT / f"{name}_runs"
+    if not args.report_only:
+        for run in plan.runs:
+            load(store, run)
+    report(plan, store, name)
+
+
+if __name__ == "__main__":
+    main()
