@@ -83,3 +83,14 @@ def test_a_tiny_plan_end_to_end(tmp_path):
     assert float(dp.load(tmp_path, plan.runs[1])["acted"]) > 0
     dp.report(plan, tmp_path, "tiny", folder=tmp_path)
     assert "tail removed at t = 0.25" in (tmp_path / "tiny.md").read_text()
+
+
+def test_cells_run_and_compare_with_tokens(tmp_path):
+    plan = dp.Plan((dp.Run(64.0, 200, 0.5), dp.Run(64.0, 4, 0.5, solver="finite_volume"),
+                    dp.Run(64.0, 8, 0.5, solver="finite_volume")))
+    for run in plan.runs:
+        d = dp.load(tmp_path, run)
+        # at t = 0 both start from rho_0: W2 to Pi#rho_0 is the same up to their quadratures
+        assert abs(d["w2"][0] - 1.0235) < 0.05
+    labels = [r[1] for r in dp.resolution_rows(plan, tmp_path)]
+    assert labels == ["cells n = 4 -> cells n = 8", "N = 200 -> cells n = 8"]

@@ -45,6 +45,7 @@ from _common import OUT, stored_run, table
 from late_phase import DEP_FRACTION, model_for
 from low_temperature import _particle_solver, initial
 
+import spherepde as sp
 from spherepde import io
 
 #: Output spacing.
@@ -64,14 +65,18 @@ class Run:
     t_end: float
     event: str = ""        # "", "move" or a factor f (as text) applied to the tail at t_event
     t_event: float = math.nan
+    solver: str = "particles"  # or "finite_volume": n cells per cube face, no event
 
     @property
     def name(self) -> str:
         tag = f"_{self.event}@{self.t_event:g}" if self.event else ""
-        return f"R1_beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
+        kind = "" if self.solver == "particles" else "fv_"
+        return f"R1_{kind}beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
 
     @property
     def label(self) -> str:
+        if self.solver == "finite_volume":
+            return f"cells n = {self.n}"
         if not self.event:
             return f"N = {self.n}"
         what = "tail removed" if self.event == "move" else f"tail x {self.event}"
@@ -86,19 +91,22 @@ class Plan:
         return sorted({r.beta for r in self.runs})
 
 
-def _plan_for(betas_t, counts, events):
-    """Base runs at every token count, and each event at the first count, per (beta, t_end,
-    t_event); computed in order of token count."""
-    runs = []
+def _plan_for(betas_t, counts, events, cells=()):
+    """Per (beta, t_end, t_event): base runs at every token count, each event at the first
+    count, and finite volumes at each resolution in ``cells``; computed in the order: the
+    first count's runs, the cells, the other counts."""
+    first, rest, fv = [], [], []
     for beta, t_end, t_event in betas_t:
-        runs += [Run(beta, n, t_end) for n in counts]
-        runs += [Run(beta, counts[0], t_end, ev, t_event) for ev in events]
-    return Plan(tuple(sorted(runs, key=lambda r: r.n)))  # the cheap runs first
+        first += [Run(beta, counts[0], t_end)]
+        first += [Run(beta, counts[0], t_end, ev, t_event) for ev in events]
+        rest += [Run(beta, n, t_end) for n in counts[1:]]
+        fv += [Run(beta, n, t_end, solver="finite_volume") for n in cells]
+    return Plan(tuple(first + sorted(fv, key=lambda r: r.n) + rest))
 
 
 QUICK = _plan_for([(64.0, 10.0, 5.0)], [4000], ["move"])
 FULL = _plan_for([(64.0, 12.0, 5.0), (256.0, 16.0, 7.0)], [16000, 64000],
-                 ["move", "0.25", "4"])
+                 ["move", "0.25", "4"], cells=(32, 64))
 
 
 # ------------------------------------------------------------------------------ the probe
@@ -171,7 +179,26 @@ def apply_event(probe, x, w, c, event):
     return acted
 
 
+def compute_cells(run: Run) -> dict:
+    """The probe on the finite volumes' cell masses at the cell centres (no intervention)."""
+    model = model_for("R1", run.beta)
+    e = np.array([1.0, 0.0, 0.0])
+    m_plus = initial().hemisphere_mass(e)
+    times = np.linspace(0.0, run.t_end, int(round(run.t_end / STEP)) + 1)
+    sol = sp.FiniteVolumeSolver(model, run.n).solve(initial(), times)
+    probe, c, rows = Probe(model), e, []
+    for i in range(len(times)):
+        mu = sol.measure(i)
+        x, w = mu.points, mu.weights
+        c = probe.centre(x, w, c)
+        rows.append({**probe.row(x, w, c), "w2": w2_two_antipodal(x, w, e, m_plus)})
+    out = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+    return {"times": times, "acted": np.array(math.nan), "n": np.array(run.n), **out}
+
+
 def compute(run: Run) -> dict:
+    if run.solver == "finite_volume":
+        return compute_cells(run)
     model = model_for("R1", run.beta)
     cloud = initial().quadrature(run.n)
     x, w = cloud.points.copy(), cloud.weights.copy()
@@ -195,6 +222,7 @@ def compute(run: Run) -> dict:
 def load(store: Path, run: Run, compute_missing=True):
     """The saved run (computed first when missing and ``compute_missing``), else None."""
     spec = {"beta": run.beta, "n": run.n, "t_end": run.t_end, "event": run.event,
+            **({"solver": run.solver} if run.solver != "particles" else {}),
             "t_event": None if math.isnan(run.t_event) else run.t_event, "step": STEP,
             "tail_widths": TAIL_WIDTHS, "version": 1}
     return stored_run(store, run.name, spec, (lambda: compute(run)) if compute_missing else None)
@@ -266,7 +294,8 @@ def event_rows(plan, store):
     decay rate)."""
     rows = []
     for beta, runs in _runs_by_beta(plan, store).items():
-        base = {run.n: d for run, d in runs if not run.event and d is not None}
+        base = {r.n: d for r, d in runs
+                if r.solver == "particles" and not r.event and d is not None}
         for run, d in runs:
             if not run.event or d is None or run.n not in base:
                 continue
@@ -278,19 +307,32 @@ def event_rows(plan, store):
     return rows
 
 
-def n_rows(plan, store):
-    """Base runs at two token counts: the largest differences of the probe's curves and of
-    the time scales."""
+def _difference_row(beta, label, a, b):
+    """Largest differences between two runs' curves (on their common outputs) and of their
+    time scales, b - a."""
+    sa, sb = time_scales(a), time_scales(b)
+    m = min(len(a["times"]), len(b["times"]))
+    return [f"{beta:g}", label, float(np.max(np.abs(a["w2"][:m] - b["w2"][:m]))),
+            float(np.max(np.abs(a["angle"][:m] - b["angle"][:m]))),
+            float(np.max(np.abs(a["ratio"][:m] - b["ratio"][:m]))),
+            sb["t_dep"] - sa["t_dep"], sb["t_rel"] - sa["t_rel"]]
+
+
+def resolution_rows(plan, store):
+    """Base runs of one solver at consecutive resolutions, then the finest of each solver
+    against each other."""
     rows = []
     for beta, runs in _runs_by_beta(plan, store).items():
-        base = [(run, d) for run, d in runs if not run.event and d is not None]
-        for (r1, d1), (r2, d2) in zip(base, base[1:], strict=False):
-            s1, s2 = time_scales(d1), time_scales(d2)
-            m = min(len(d1["times"]), len(d2["times"]))
-            rows.append([f"{beta:g}", f"{r1.n}/{r2.n}",
-                         float(np.max(np.abs(d1["w2"][:m] - d2["w2"][:m]))),
-                         float(np.max(np.abs(d1["angle"][:m] - d2["angle"][:m]))),
-                         s2["t_dep"] - s1["t_dep"], s2["t_rel"] - s1["t_rel"]])
+        finest = {}
+        for solver in ("particles", "finite_volume"):
+            base = [(r, d) for r, d in runs if r.solver == solver and not r.event and d is not None]
+            for (r1, d1), (r2, d2) in zip(base, base[1:], strict=False):
+                rows.append(_difference_row(beta, f"{r1.label} -> {r2.label}", d1, d2))
+            if base:
+                finest[solver] = base[-1]
+        if len(finest) == 2:
+            (r1, d1), (r2, d2) = finest["particles"], finest["finite_volume"]
+            rows.append(_difference_row(beta, f"{r1.label} -> {r2.label}", d1, d2))
     return rows
 
 
@@ -301,7 +343,7 @@ def figure(plan, store):
         for run, d in runs:
             if d is None:
                 continue
-            style = "-" if not run.event else "--"
+            style = "--" if run.event else (":" if run.solver == "finite_volume" else "-")
             for ax, key in zip(row, ("angle", "ratio", "share"), strict=True):
                 ax.plot(d["times"], d[key], style, label=run.label)
         row[0].set_ylabel(f"beta = {beta:g}")
@@ -341,9 +383,11 @@ def report(plan, store, name, folder=OUT):
              "base; an exponential tail clock would shift t_rel by log(f) / rate):", "",
              table(event_rows(plan, store),
                    ["beta", "run", "shift of t_dep", "shift of t_rel", "clock: log(f)/rate"]),
-             "", "Token count: base runs at N and 4N:", "",
-             table(n_rows(plan, store),
-                   ["beta", "N", "max abs dW2", "max abs d angle", "d t_dep", "d t_rel"])]
+             "", "Resolution (tokens N and 4N, cells n and 2n) and method (the finest of each): "
+             "largest differences of the curves and of the time scales:", "",
+             table(resolution_rows(plan, store),
+                   ["beta", "from -> to", "max abs dW2", "max abs d angle",
+                    "max abs d speed ratio", "d t_dep", "d t_rel"])]
     fig = figure(plan, store)
     with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
