@@ -67,7 +67,7 @@ def test_time_scales_of_closed_form_curves():
     # at t = 5 and stays above; an intervention at t = 4.9 turns that crossing into 4.9
     t = np.linspace(0.0, 10.0, 101)
     d = {"times": t, "w2": np.abs(t - 3) + 0.1, "ratio": t / 10, "share": 1 - t / 10,
-         "tail_mass": np.exp(-2 * t)}
+         "tail_mass": np.exp(-2 * t), "core_ratio": np.ones_like(t)}
     s = dp.time_scales(d)
     assert s["t*"] == 3 and abs(s["t_dep"] - 3.05) < 1e-12 and abs(s["t_rel"] - 5) < 1e-12
     assert abs(s["tail rate"] - 2) < 1e-9
@@ -94,3 +94,17 @@ def test_cells_run_and_compare_with_tokens(tmp_path):
         assert abs(d["w2"][0] - 1.0235) < 0.05
     labels = [r[1] for r in dp.resolution_rows(plan, tmp_path)]
     assert labels == ["cells n = 4 -> cells n = 8", "N = 200 -> cells n = 8"]
+
+
+def test_core_ratio_of_a_ring_about_e_is_the_gaussian_closed_form():
+    # Tokens on a ring of radius r about e (8 directions, symmetric): sigma^2 = 1 - cos r per
+    # tangent direction, and at c = e the Gaussian-core ratio is 1 / (1 + beta sigma^2 <e, Be>)
+    # because P_e V P_e B^T e = -<e, Be> P_e V e (A e = e).
+    beta, r = 256.0, 0.1
+    probe = dp.Probe(lp.model_for("R1", beta))
+    e = np.array([1.0, 0.0, 0.0])
+    phi = np.arange(8) * np.pi / 4
+    x = np.stack([np.full(8, math.cos(r)), math.sin(r) * np.cos(phi), math.sin(r) * np.sin(phi)], 1)
+    row = probe.row(x, np.full(8, 1 / 8), e)
+    expected = 1 / (1 + beta * (1 - math.cos(r)) * (e @ probe.B @ e))
+    assert abs(row["core_ratio"] - expected) < 1e-12

@@ -54,6 +54,12 @@ STEP = 0.25
 TAIL_WIDTHS = 2.0
 #: Mean-shift radii (rad) that locate a cluster's centre from a guess, coarse to fine.
 SHIFT_RADII = (0.3, 0.15, 0.08, 0.05, 0.05, 0.05)
+#: The core (rad) whose spread sigma^2 gives the speed ratio of a lone Gaussian core: a query
+#: at its centre c attends to c + kappa P_c B^T c, kappa = beta sigma^2 / (1 + beta sigma^2
+#: <c, Bc>); at c = e that ratio is 1 / (1 + beta sigma^2 <e, Be>).
+CORE_RADIUS = 0.3
+#: After the release, the speed ratios are averaged over this window.
+FREE_WINDOW = 2.0
 #: The release: the speed ratio stays above this from then on.
 RELEASE_RATIO = 0.5
 
@@ -155,9 +161,16 @@ class Probe:
         Pc = np.eye(3) - np.outer(c, c)
         tail = self.tail(x, c, np.ones(len(x), bool))
         lone = float(np.linalg.norm(Pc @ self.V @ c))
+        core = (x @ c) > math.cos(CORE_RADIUS)
+        # per tangent direction: E(1 - <x, c>) = E|xi|^2 / 2 = sigma^2 for an isotropic core
+        var = float(w[core] @ (1.0 - x[core] @ c) / w[core].sum())
+        b = float(c @ self.B @ c)
+        kappa = self.beta * var / (1.0 + self.beta * var * b)  # the tilt of a Gaussian core
+        core_m = c + kappa * (Pc @ self.B.T @ c)
         return {"angle": float(np.arccos(np.clip(c[0], -1, 1))), "share": float(a[tail].sum()),
                 "tail_mass": float(w[tail & (x[:, 0] > 0)].sum()),
-                "ratio": float(np.linalg.norm(Pc @ self.V @ (a @ x))) / lone}
+                "ratio": float(np.linalg.norm(Pc @ self.V @ (a @ x))) / lone,
+                "core_ratio": float(np.linalg.norm(Pc @ self.V @ core_m)) / lone}
 
 
 def apply_event(probe, x, w, c, event):
@@ -224,7 +237,7 @@ def load(store: Path, run: Run, compute_missing=True):
     spec = {"beta": run.beta, "n": run.n, "t_end": run.t_end, "event": run.event,
             **({"solver": run.solver} if run.solver != "particles" else {}),
             "t_event": None if math.isnan(run.t_event) else run.t_event, "step": STEP,
-            "tail_widths": TAIL_WIDTHS, "version": 1}
+            "tail_widths": TAIL_WIDTHS, "version": 2}
     return stored_run(store, run.name, spec, (lambda: compute(run)) if compute_missing else None)
 
 
@@ -257,6 +270,10 @@ def time_scales(d, t_event=math.nan) -> dict:
     out["hold ratio"] = float(np.mean(ratio[hold])) if hold.any() else math.nan
     out["hold share"] = float(np.mean(d["share"][hold])) if hold.any() else math.nan
     out["tail mass at t*"] = float(d["tail_mass"][k0])
+    free = t > (out["t_rel"] if math.isfinite(out["t_rel"]) else t[-1])
+    free &= t <= t[free][0] + FREE_WINDOW if free.any() else free
+    out["free ratio"] = float(np.mean(ratio[free])) if free.any() else math.nan
+    out["free core ratio"] = float(np.mean(d["core_ratio"][free])) if free.any() else math.nan
     m = d["tail_mass"][hold]
     ok = m > 0
     out["tail rate"] = (float(-np.polyfit(t[hold][ok], np.log(m[ok]), 1)[0])
@@ -277,12 +294,13 @@ def scale_rows(plan, store):
     for beta, runs in _runs_by_beta(plan, store).items():
         for run, d in runs:
             if d is None:
-                rows.append([f"{beta:g}", run.label] + ["not computed"] * 10)
+                rows.append([f"{beta:g}", run.label] + ["not computed"] * 12)
                 continue
             s = time_scales(d, run.t_event)
             acted = float(d["acted"])
             rows.append([f"{beta:g}", run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
-                         s["hold ratio"], s["hold share"], s["tail mass at t*"], s["tail rate"],
+                         s["hold ratio"], s["hold share"], s["free ratio"],
+                         s["free core ratio"], s["tail mass at t*"], s["tail rate"],
                          "" if math.isnan(acted) else f"{acted:.3g}",
                          f"{float(d['cpu_seconds']):.0f}"])
     return rows
@@ -345,10 +363,11 @@ def figure(plan, store):
                 continue
             style = "--" if run.event else (":" if run.solver == "finite_volume" else "-")
             for ax, key in zip(row, ("angle", "ratio", "share"), strict=True):
-                ax.plot(d["times"], d[key], style, label=run.label)
+                line, = ax.plot(d["times"], d[key], style, label=run.label)
+            row[1].plot(d["times"], d["core_ratio"], style, lw=0.6, color=line.get_color())
         row[0].set_ylabel(f"beta = {beta:g}")
         for ax, title in zip(row, ("angle of the + cluster's centre from e (rad)",
-                                   "speed ratio |P_c V m(c)| / |P_c V c|",
+                                   "speed ratio (thin: Gaussian core of the same spread)",
                                    "attention share of the tail"), strict=True):
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("t")
@@ -374,11 +393,14 @@ def report(plan, store, name, folder=OUT):
     text = [INTRO.format(widths=TAIL_WIDTHS, dep=1 + DEP_FRACTION, rel=RELEASE_RATIO), ""]
     if missing:
         text += [f"**Partial:** not computed: {', '.join(missing)}.", ""]
-    text += ["Time scales and the hold (mean over [t*, t_rel)):", "",
+    text += [f"Time scales, the hold (means over [t*, t_rel)) and the free cluster (means over "
+             f"the {FREE_WINDOW:g} time units after t_rel; the Gaussian-core ratio is the speed "
+             f"ratio of a lone Gaussian cluster of the core's spread, the tokens within "
+             f"{CORE_RADIUS:g} rad of c):", "",
              table(scale_rows(plan, store),
                    ["beta", "run", "t*", "min W2", "t_dep", "t_rel", "hold: speed ratio",
-                    "hold: tail share", "tail mass at t*", "tail decay rate", "mass acted on",
-                    "CPU s"]), "",
+                    "hold: tail share", "free: speed ratio", "free: Gaussian-core ratio",
+                    "tail mass at t*", "tail decay rate", "mass acted on", "CPU s"]), "",
              "Interventions against the base run with the same N (shift = intervention - "
              "base; an exponential tail clock would shift t_rel by log(f) / rate):", "",
              table(event_rows(plan, store),
