@@ -86,3 +86,18 @@ def test_returns_of_a_turning_pair_are_one_period_apart():
     assert np.all(values < 0.45)
     # a curve that only settles has no return after its minimum
     assert lp.returns(t, 0.2 + np.exp(-t))[0].size == 0
+
+
+def test_final_clusters_of_two_caps():
+    # Two caps of mass 0.7 about v and 0.3 about a point 20 degrees from -v, on a Fibonacci set
+    # of cells: found heaviest first with their masses, angles from +-v and sides of u^perp.
+    x = sp.measures.Uniform(3).lattice(20000).points
+    v = np.array([0.0, 0.0, 1.0])
+    w = np.array([math.sin(math.radians(20)), 0.0, -math.cos(math.radians(20))])
+    mass = 0.7 * (x @ v > math.cos(0.1)) / (x @ v > math.cos(0.1)).sum()
+    mass = mass + 0.3 * (x @ w > math.cos(0.1)) / (x @ w > math.cos(0.1)).sum()
+    found = lp.final_clusters(mass, x, v, v)
+    assert len(found) == 2
+    (m1, a1, s1), (m2, a2, s2) = found
+    assert abs(m1 - 0.7) < 1e-12 and a1 < 0.5 and s1 == 1
+    assert abs(m2 - 0.3) < 1e-12 and abs(a2 - 20) < 0.5 and s2 == -1

@@ -791,6 +791,49 @@ def side_masses(plan, curves):
     return rows
 
 
+#: The final clusters: mass gathered within this angle (rad) of the heaviest cell left, in
+#: turn, while more than CLUSTER_MIN_MASS is left (at most CLUSTER_MAX of them).
+CLUSTER_RADIUS, CLUSTER_MIN_MASS, CLUSTER_MAX = 0.3, 0.02, 6
+
+
+def final_clusters(mass, centers, v, u) -> list[tuple]:
+    """(mass, angle in degrees from the nearer of +-v, side of u^perp) of the clusters of a
+    cell-mass field, heaviest first: the heaviest cell left and the mass within CLUSTER_RADIUS
+    of it, removed in turn."""
+    left = np.asarray(mass, dtype=float) / np.sum(mass)
+    out = []
+    while left.sum() > CLUSTER_MIN_MASS and len(out) < CLUSTER_MAX:
+        near = centers @ centers[int(np.argmax(left))] > math.cos(CLUSTER_RADIUS)
+        c = left[near] @ centers[near]
+        c = c / np.linalg.norm(c)
+        out.append((float(left[near].sum()),
+                    math.degrees(math.acos(min(1.0, abs(float(c @ v))))), int(np.sign(c @ u))))
+        left[near] = 0.0
+    return out
+
+
+def cluster_rows(curves):
+    """Per finite-volume piece that saved its final state and has a real dominant eigenvector:
+    its clusters at the end (see :func:`final_clusters`)."""
+    rows = []
+    for c in curves:
+        if c.solver != "finite_volume":
+            continue
+        data = eigen_data(c.scenario)
+        if "v" not in data:
+            continue
+        for d in (c.coarse, c.data):
+            if d is None or "final" not in d:
+                continue
+            mesh = sp.FiniteVolumeSolver(model_for(c.scenario, c.beta), int(d["n"])).mesh
+            found = final_clusters(d["final"].astype(float) * mesh.areas, mesh.centers,
+                                   data["v"], data["u"])
+            rows.append((c.scenario, beta_label(c.beta), int(d["n"]), float(d["times"][-1]),
+                         "; ".join(f"{m:.3f} at {a:.1f}° ({'+' if s > 0 else '-'})"
+                                   for m, a, s in found)))
+    return rows
+
+
 def returns(times, w2, rise=1e-3):
     """The times and values at which W2 to Pi#rho_0 comes back to a minimum below the midpoint
     of its range: the argmin of each run of outputs below the midpoint, kept where the curve
@@ -927,6 +970,11 @@ def report_all(plan, store, mode, name, wall, out=None):
              table(fits(every), ["scenario", "scale", "points", "against log β", "R²",
                                  "against β", "R²"])]
     text += mass_section(plan, curves) + recurrence_section(curves)
+    text += _section("The clusters at a finite-volume piece's end: mass within "
+                     f"{CLUSTER_RADIUS:g} rad of the heaviest cell left, in turn; the angle "
+                     "from the nearer terminal atom ±v, and the side of u^⊥ (+: the side of "
+                     "u, whose atom carries the conjectured m+).", cluster_rows(curves),
+                     ["scenario", "beta", "n", "t", "clusters: mass at angle from ±v (side)"])
     write_outputs(plan, store, curves, name, text, OUT if out is None else Path(out))
     return curves
 
