@@ -1,4 +1,5 @@
-"""What holds the dominant cluster near e after t*, and what releases it (scenario R1).
+"""What holds the dominant cluster near e after t*, and what releases it (scenario R1; and
+how fast the default scenario's pair turns, E1).
 
 In R1 (docs/theory.md §3.4) the mass reaches Pi#rho_0 = m+ delta_e + m- delta_-e near t*,
 stays near it for a while, then leaves along the lone-cluster flow x' = P_x V x towards +-v.
@@ -72,12 +73,13 @@ class Run:
     event: str = ""        # "", "move" or a factor f (as text) applied to the tail at t_event
     t_event: float = math.nan
     solver: str = "particles"  # or "finite_volume": n cells per cube face, no event
+    scenario: str = "R1"       # or "E1", the default scenario, whose pair turns
 
     @property
     def name(self) -> str:
         tag = f"_{self.event}@{self.t_event:g}" if self.event else ""
         kind = "" if self.solver == "particles" else "fv_"
-        return f"R1_{kind}beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
+        return f"{self.scenario}_{kind}beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
 
     @property
     def label(self) -> str:
@@ -111,8 +113,14 @@ def _plan_for(betas_t, counts, events, cells=()):
 
 
 QUICK = _plan_for([(64.0, 10.0, 5.0)], [4000], ["move"])
+#: E1 at beta = 16: the turning pair, whose period the cells overestimate (late-phase study),
+#: probed by the same diagnostics over [0, 50] (one turn) by tokens and cells.
+E1_TURN = (Run(16.0, 16000, 50.0, scenario="E1"),
+           Run(16.0, 32, 50.0, solver="finite_volume", scenario="E1"),
+           Run(16.0, 64, 50.0, solver="finite_volume", scenario="E1"))
 FULL = _plan_for([(64.0, 12.0, 5.0), (256.0, 16.0, 7.0)], [16000, 64000],
                  ["move", "0.25", "4"], cells=(32, 64))
+FULL = Plan(FULL.runs + E1_TURN)
 
 
 # ------------------------------------------------------------------------------ the probe
@@ -194,7 +202,7 @@ def apply_event(probe, x, w, c, event):
 
 def compute_cells(run: Run) -> dict:
     """The probe on the finite volumes' cell masses at the cell centres (no intervention)."""
-    model = model_for("R1", run.beta)
+    model = model_for(run.scenario, run.beta)
     e = np.array([1.0, 0.0, 0.0])
     m_plus = initial().hemisphere_mass(e)
     times = np.linspace(0.0, run.t_end, int(round(run.t_end / STEP)) + 1)
@@ -212,7 +220,7 @@ def compute_cells(run: Run) -> dict:
 def compute(run: Run) -> dict:
     if run.solver == "finite_volume":
         return compute_cells(run)
-    model = model_for("R1", run.beta)
+    model = model_for(run.scenario, run.beta)
     cloud = initial().quadrature(run.n)
     x, w = cloud.points.copy(), cloud.weights.copy()
     e = np.array([1.0, 0.0, 0.0])
@@ -236,6 +244,7 @@ def load(store: Path, run: Run, compute_missing=True):
     """The saved run (computed first when missing and ``compute_missing``), else None."""
     spec = {"beta": run.beta, "n": run.n, "t_end": run.t_end, "event": run.event,
             **({"solver": run.solver} if run.solver != "particles" else {}),
+            **({"scenario": run.scenario} if run.scenario != "R1" else {}),
             "t_event": None if math.isnan(run.t_event) else run.t_event, "step": STEP,
             "tail_widths": TAIL_WIDTHS, "version": 2}
     return stored_run(store, run.name, spec, (lambda: compute(run)) if compute_missing else None)
@@ -282,10 +291,11 @@ def time_scales(d, t_event=math.nan) -> dict:
 
 
 def _runs_by_beta(plan, store):
-    """{beta: [(run, data or None)]} in plan order."""
+    """{"scenario, beta": [(run, data or None)]} in plan order."""
     out = {}
     for run in plan.runs:
-        out.setdefault(run.beta, []).append((run, load(store, run, compute_missing=False)))
+        out.setdefault(f"{run.scenario}, {run.beta:g}", []).append(
+            (run, load(store, run, compute_missing=False)))
     return out
 
 
@@ -294,11 +304,11 @@ def scale_rows(plan, store):
     for beta, runs in _runs_by_beta(plan, store).items():
         for run, d in runs:
             if d is None:
-                rows.append([f"{beta:g}", run.label] + ["not computed"] * 12)
+                rows.append([beta, run.label] + ["not computed"] * 12)
                 continue
             s = time_scales(d, run.t_event)
             acted = float(d["acted"])
-            rows.append([f"{beta:g}", run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
+            rows.append([beta, run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
                          s["hold ratio"], s["hold share"], s["free ratio"],
                          s["free core ratio"], s["tail mass at t*"], s["tail rate"],
                          "" if math.isnan(acted) else f"{acted:.3g}",
@@ -320,7 +330,7 @@ def event_rows(plan, store):
             s, b = time_scales(d, run.t_event), time_scales(base[run.n])
             clock = (math.log(float(run.event)) / b["tail rate"]
                      if run.event != "move" else -math.inf)
-            rows.append([f"{beta:g}", run.label, s["t_dep"] - b["t_dep"],
+            rows.append([beta, run.label, s["t_dep"] - b["t_dep"],
                          s["t_rel"] - b["t_rel"], clock])
     return rows
 
@@ -330,7 +340,7 @@ def _difference_row(beta, label, a, b):
     time scales, b - a."""
     sa, sb = time_scales(a), time_scales(b)
     m = min(len(a["times"]), len(b["times"]))
-    return [f"{beta:g}", label, float(np.max(np.abs(a["w2"][:m] - b["w2"][:m]))),
+    return [beta, label, float(np.max(np.abs(a["w2"][:m] - b["w2"][:m]))),
             float(np.max(np.abs(a["angle"][:m] - b["angle"][:m]))),
             float(np.max(np.abs(a["ratio"][:m] - b["ratio"][:m]))),
             sb["t_dep"] - sa["t_dep"], sb["t_rel"] - sa["t_rel"]]
@@ -354,6 +364,19 @@ def resolution_rows(plan, store):
     return rows
 
 
+def late_rows(plan, store):
+    """Mean speed ratio and Gaussian-core ratio over the window's second half, per run."""
+    rows = []
+    for beta, runs in _runs_by_beta(plan, store).items():
+        for run, d in runs:
+            if d is None:
+                continue
+            late = d["times"] >= run.t_end / 2
+            rows.append([beta, run.label, f"[{run.t_end / 2:g}, {run.t_end:g}]",
+                         float(np.mean(d["ratio"][late])), float(np.mean(d["core_ratio"][late]))])
+    return rows
+
+
 def figure(plan, store):
     by_beta = _runs_by_beta(plan, store)
     fig, axes = plt.subplots(len(by_beta), 3, figsize=(14, 3.6 * len(by_beta)), squeeze=False)
@@ -365,7 +388,7 @@ def figure(plan, store):
             for ax, key in zip(row, ("angle", "ratio", "share"), strict=True):
                 line, = ax.plot(d["times"], d[key], style, label=run.label)
             row[1].plot(d["times"], d["core_ratio"], style, lw=0.6, color=line.get_color())
-        row[0].set_ylabel(f"beta = {beta:g}")
+        row[0].set_ylabel(f"{beta.split(',')[0]}, beta = {beta.split(', ')[1]}")
         for ax, title in zip(row, ("angle of the + cluster's centre from e (rad)",
                                    "speed ratio (thin: Gaussian core of the same spread)",
                                    "attention share of the tail"), strict=True):
@@ -398,18 +421,23 @@ def report(plan, store, name, folder=OUT):
              f"ratio of a lone Gaussian cluster of the core's spread, the tokens within "
              f"{CORE_RADIUS:g} rad of c):", "",
              table(scale_rows(plan, store),
-                   ["beta", "run", "t*", "min W2", "t_dep", "t_rel", "hold: speed ratio",
+                   ["scenario, β", "run", "t*", "min W2", "t_dep", "t_rel", "hold: speed ratio",
                     "hold: tail share", "free: speed ratio", "free: Gaussian-core ratio",
                     "tail mass at t*", "tail decay rate", "mass acted on", "CPU s"]), "",
              "Interventions against the base run with the same N (shift = intervention - "
              "base; an exponential tail clock would shift t_rel by log(f) / rate):", "",
              table(event_rows(plan, store),
-                   ["beta", "run", "shift of t_dep", "shift of t_rel", "clock: log(f)/rate"]),
+                   ["scenario, β", "run", "shift of t_dep", "shift of t_rel",
+                    "clock: log(f)/rate"]),
              "", "Resolution (tokens N and 4N, cells n and 2n) and method (the finest of each): "
              "largest differences of the curves and of the time scales:", "",
              table(resolution_rows(plan, store),
-                   ["beta", "from -> to", "max abs dW2", "max abs d angle",
-                    "max abs d speed ratio", "d t_dep", "d t_rel"])]
+                   ["scenario, β", "from -> to", "max abs dW2", "max abs d angle",
+                    "max abs d speed ratio", "d t_dep", "d t_rel"]), "",
+             "Speed ratios over the second half of each window (R1: after the release; E1: "
+             "the turning pair):", "",
+             table(late_rows(plan, store), ["scenario, β", "run", "window", "speed ratio",
+                                            "Gaussian-core ratio"])]
     fig = figure(plan, store)
     with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
