@@ -299,20 +299,25 @@ def _runs_by_beta(plan, store):
     return out
 
 
+def _each_run(plan, store):
+    """(group, run, data or None) over the plan, grouped by scenario and beta."""
+    for group, runs in _runs_by_beta(plan, store).items():
+        for run, d in runs:
+            yield group, run, d
+
+
 def scale_rows(plan, store):
     rows = []
-    for beta, runs in _runs_by_beta(plan, store).items():
-        for run, d in runs:
-            if d is None:
-                rows.append([beta, run.label] + ["not computed"] * 12)
-                continue
-            s = time_scales(d, run.t_event)
-            acted = float(d["acted"])
-            rows.append([beta, run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
-                         s["hold ratio"], s["hold share"], s["free ratio"],
-                         s["free core ratio"], s["tail mass at t*"], s["tail rate"],
-                         "" if math.isnan(acted) else f"{acted:.3g}",
-                         f"{float(d['cpu_seconds']):.0f}"])
+    for beta, run, d in _each_run(plan, store):
+        if d is None:
+            rows.append([beta, run.label] + ["not computed"] * 12)
+            continue
+        s = time_scales(d, run.t_event)
+        acted = float(d["acted"])
+        rows.append([beta, run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
+                     s["hold ratio"], s["hold share"], s["free ratio"], s["free core ratio"],
+                     s["tail mass at t*"], s["tail rate"],
+                     "" if math.isnan(acted) else f"{acted:.3g}", f"{float(d['cpu_seconds']):.0f}"])
     return rows
 
 
@@ -367,10 +372,8 @@ def resolution_rows(plan, store):
 def late_rows(plan, store):
     """Mean speed ratio and Gaussian-core ratio over the window's second half, per run."""
     rows = []
-    for beta, runs in _runs_by_beta(plan, store).items():
-        for run, d in runs:
-            if d is None:
-                continue
+    for beta, run, d in _each_run(plan, store):
+        if d is not None:
             late = d["times"] >= run.t_end / 2
             rows.append([beta, run.label, f"[{run.t_end / 2:g}, {run.t_end:g}]",
                          float(np.mean(d["ratio"][late])), float(np.mean(d["core_ratio"][late]))])
