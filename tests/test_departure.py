@@ -92,7 +92,7 @@ def test_cells_run_and_compare_with_tokens(tmp_path):
         d = dp.load(tmp_path, run)
         # at t = 0 both start from rho_0: W2 to Pi#rho_0 is the same up to their quadratures
         assert abs(d["w2"][0] - 1.0235) < 0.05
-    labels = [r[1] for r in dp.resolution_rows(plan, tmp_path)]
+    labels = [r[1] for r in dp.resolution_rows(dp.saved_groups(plan, tmp_path))]
     assert labels == ["cells n = 4 -> cells n = 8", "N = 200 -> cells n = 8"]
 
 

@@ -95,9 +95,6 @@ class Run:
 class Plan:
     runs: tuple
 
-    def betas(self):
-        return sorted({r.beta for r in self.runs})
-
 
 def _plan_for(betas_t, counts, events, cells=()):
     """Per (beta, t_end, t_event): base runs at every token count, each event at the first
@@ -180,6 +177,10 @@ class Probe:
                 "ratio": float(np.linalg.norm(Pc @ self.V @ (a @ x))) / lone,
                 "core_ratio": float(np.linalg.norm(Pc @ self.V @ core_m)) / lone}
 
+    def record(self, x, w, c, m_plus) -> dict:
+        """The row of one output: :meth:`row` and W2 to m+ delta_e + (1 - m+) delta_-e."""
+        return {**self.row(x, w, c), "w2": w2_two_antipodal(x, w, E, m_plus)}
+
 
 def apply_event(probe, x, w, c, event):
     """The intervention ``event`` on each side's tail (about that side's own centre), in place;
@@ -200,21 +201,32 @@ def apply_event(probe, x, w, c, event):
     return acted
 
 
+#: The + atom of Pi#rho_0 in both scenarios (E = span e1).
+E = np.array([1.0, 0.0, 0.0])
+
+
+def _output_times(run: Run) -> np.ndarray:
+    return np.linspace(0.0, run.t_end, int(round(run.t_end / STEP)) + 1)
+
+
+def _saved(times, rows, acted, n) -> dict:
+    """A run's arrays: the probe's rows (one per output) column by column."""
+    cols = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+    return {"times": times, "acted": np.array(acted), "n": np.array(n), **cols}
+
+
 def compute_cells(run: Run) -> dict:
     """The probe on the finite volumes' cell masses at the cell centres (no intervention)."""
     model = model_for(run.scenario, run.beta)
-    e = np.array([1.0, 0.0, 0.0])
-    m_plus = initial().hemisphere_mass(e)
-    times = np.linspace(0.0, run.t_end, int(round(run.t_end / STEP)) + 1)
+    m_plus = initial().hemisphere_mass(E)
+    times = _output_times(run)
     sol = sp.FiniteVolumeSolver(model, run.n).solve(initial(), times)
-    probe, c, rows = Probe(model), e, []
+    probe, c, rows = Probe(model), E, []
     for i in range(len(times)):
         mu = sol.measure(i)
-        x, w = mu.points, mu.weights
-        c = probe.centre(x, w, c)
-        rows.append({**probe.row(x, w, c), "w2": w2_two_antipodal(x, w, e, m_plus)})
-    out = {k: np.array([r[k] for r in rows]) for k in rows[0]}
-    return {"times": times, "acted": np.array(math.nan), "n": np.array(run.n), **out}
+        c = probe.centre(mu.points, mu.weights, c)
+        rows.append(probe.record(mu.points, mu.weights, c, m_plus))
+    return _saved(times, rows, math.nan, run.n)
 
 
 def compute(run: Run) -> dict:
@@ -223,11 +235,10 @@ def compute(run: Run) -> dict:
     model = model_for(run.scenario, run.beta)
     cloud = initial().quadrature(run.n)
     x, w = cloud.points.copy(), cloud.weights.copy()
-    e = np.array([1.0, 0.0, 0.0])
-    m_plus = float(w[x @ e > 0].sum())
+    m_plus = float(w[x @ E > 0].sum())
     probe, solver = Probe(model), _particle_solver(model)
-    times = np.linspace(0.0, run.t_end, int(round(run.t_end / STEP)) + 1)
-    c, rows, acted = e, [], np.nan
+    times = _output_times(run)
+    c, rows, acted = E, [], np.nan
     for k, t in enumerate(times):
         if k:
             x = solver.solve(x, times[k - 1:k + 1], w).positions[-1]
@@ -235,9 +246,8 @@ def compute(run: Run) -> dict:
         if run.event and abs(t - run.t_event) < 1e-9:
             acted = apply_event(probe, x, w, c, run.event)
             c = probe.centre(x, w, c)
-        rows.append({**probe.row(x, w, c), "w2": w2_two_antipodal(x, w, e, m_plus)})
-    out = {k: np.array([r[k] for r in rows]) for k in rows[0]}
-    return {"times": times, "acted": np.array(acted), "n": np.array(len(w)), **out}
+        rows.append(probe.record(x, w, c, m_plus))
+    return _saved(times, rows, acted, len(w))
 
 
 def load(store: Path, run: Run, compute_missing=True):
@@ -280,7 +290,8 @@ def time_scales(d, t_event=math.nan) -> dict:
     out["hold share"] = float(np.mean(d["share"][hold])) if hold.any() else math.nan
     out["tail mass at t*"] = float(d["tail_mass"][k0])
     free = t > (out["t_rel"] if math.isfinite(out["t_rel"]) else t[-1])
-    free &= t <= t[free][0] + FREE_WINDOW if free.any() else free
+    if free.any():  # the FREE_WINDOW from the first output after the release
+        free &= t <= t[free][0] + FREE_WINDOW
     out["free ratio"] = float(np.mean(ratio[free])) if free.any() else math.nan
     out["free core ratio"] = float(np.mean(d["core_ratio"][free])) if free.any() else math.nan
     m = d["tail_mass"][hold]
@@ -290,8 +301,8 @@ def time_scales(d, t_event=math.nan) -> dict:
     return out
 
 
-def _runs_by_beta(plan, store):
-    """{"scenario, beta": [(run, data or None)]} in plan order."""
+def saved_groups(plan, store) -> dict:
+    """{"scenario, beta": [(run, data or None)]} in plan order: every saved run read once."""
     out = {}
     for run in plan.runs:
         out.setdefault(f"{run.scenario}, {run.beta:g}", []).append(
@@ -299,16 +310,16 @@ def _runs_by_beta(plan, store):
     return out
 
 
-def _each_run(plan, store):
-    """(group, run, data or None) over the plan, grouped by scenario and beta."""
-    for group, runs in _runs_by_beta(plan, store).items():
+def _each_run(groups):
+    """(group, run, data or None) over :func:`saved_groups`."""
+    for group, runs in groups.items():
         for run, d in runs:
             yield group, run, d
 
 
-def scale_rows(plan, store):
+def scale_rows(groups):
     rows = []
-    for beta, run, d in _each_run(plan, store):
+    for beta, run, d in _each_run(groups):
         if d is None:
             rows.append([beta, run.label] + ["not computed"] * 12)
             continue
@@ -321,12 +332,12 @@ def scale_rows(plan, store):
     return rows
 
 
-def event_rows(plan, store):
+def event_rows(groups):
     """Per intervention: the shifts of t_dep and t_rel against the base run with the same N,
     and (scale f) what an exponential tail clock predicts, log(f) / (the base run's tail
     decay rate)."""
     rows = []
-    for beta, runs in _runs_by_beta(plan, store).items():
+    for beta, runs in groups.items():
         base = {r.n: d for r, d in runs
                 if r.solver == "particles" and not r.event and d is not None}
         for run, d in runs:
@@ -351,11 +362,11 @@ def _difference_row(beta, label, a, b):
             sb["t_dep"] - sa["t_dep"], sb["t_rel"] - sa["t_rel"]]
 
 
-def resolution_rows(plan, store):
+def resolution_rows(groups):
     """Base runs of one solver at consecutive resolutions, then the finest of each solver
     against each other."""
     rows = []
-    for beta, runs in _runs_by_beta(plan, store).items():
+    for beta, runs in groups.items():
         finest = {}
         for solver in ("particles", "finite_volume"):
             base = [(r, d) for r, d in runs if r.solver == solver and not r.event and d is not None]
@@ -369,10 +380,10 @@ def resolution_rows(plan, store):
     return rows
 
 
-def late_rows(plan, store):
+def late_rows(groups):
     """Mean speed ratio and Gaussian-core ratio over the window's second half, per run."""
     rows = []
-    for beta, run, d in _each_run(plan, store):
+    for beta, run, d in _each_run(groups):
         if d is not None:
             late = d["times"] >= run.t_end / 2
             rows.append([beta, run.label, f"[{run.t_end / 2:g}, {run.t_end:g}]",
@@ -380,10 +391,9 @@ def late_rows(plan, store):
     return rows
 
 
-def figure(plan, store):
-    by_beta = _runs_by_beta(plan, store)
-    fig, axes = plt.subplots(len(by_beta), 3, figsize=(14, 3.6 * len(by_beta)), squeeze=False)
-    for row, (beta, runs) in zip(axes, by_beta.items(), strict=True):
+def figure(groups):
+    fig, axes = plt.subplots(len(groups), 3, figsize=(14, 3.6 * len(groups)), squeeze=False)
+    for row, (beta, runs) in zip(axes, groups.items(), strict=True):
         for run, d in runs:
             if d is None:
                 continue
@@ -415,7 +425,8 @@ on. Interventions at t = t* + 1 (inside the hold): the tail moved onto its clust
 
 
 def report(plan, store, name, folder=OUT):
-    missing = [r.name for r in plan.runs if load(store, r, compute_missing=False) is None]
+    groups = saved_groups(plan, store)
+    missing = [r.name for _, r, d in _each_run(groups) if d is None]
     text = [INTRO.format(widths=TAIL_WIDTHS, dep=1 + DEP_FRACTION, rel=RELEASE_RATIO), ""]
     if missing:
         text += [f"**Partial:** not computed: {', '.join(missing)}.", ""]
@@ -423,25 +434,25 @@ def report(plan, store, name, folder=OUT):
              f"the {FREE_WINDOW:g} time units after t_rel; the Gaussian-core ratio is the speed "
              f"ratio of a lone Gaussian cluster of the core's spread, the tokens within "
              f"{CORE_RADIUS:g} rad of c):", "",
-             table(scale_rows(plan, store),
+             table(scale_rows(groups),
                    ["scenario, β", "run", "t*", "min W2", "t_dep", "t_rel", "hold: speed ratio",
                     "hold: tail share", "free: speed ratio", "free: Gaussian-core ratio",
                     "tail mass at t*", "tail decay rate", "mass acted on", "CPU s"]), "",
              "Interventions against the base run with the same N (shift = intervention - "
              "base; an exponential tail clock would shift t_rel by log(f) / rate):", "",
-             table(event_rows(plan, store),
+             table(event_rows(groups),
                    ["scenario, β", "run", "shift of t_dep", "shift of t_rel",
                     "clock: log(f)/rate"]),
              "", "Resolution (tokens N and 4N, cells n and 2n) and method (the finest of each): "
              "largest differences of the curves and of the time scales:", "",
-             table(resolution_rows(plan, store),
+             table(resolution_rows(groups),
                    ["scenario, β", "from -> to", "max abs dW2", "max abs d angle",
                     "max abs d speed ratio", "d t_dep", "d t_rel"]), "",
              "Speed ratios over the second half of each window (R1: after the release; E1: "
              "the turning pair):", "",
-             table(late_rows(plan, store), ["scenario, β", "run", "window", "speed ratio",
+             table(late_rows(groups), ["scenario, β", "run", "window", "speed ratio",
                                             "Gaussian-core ratio"])]
-    fig = figure(plan, store)
+    fig = figure(groups)
     with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
