@@ -757,11 +757,24 @@ def eigen_text(plan) -> list[str]:
     return lines
 
 
+def end_masses(c, d, settled_snapshot=False):
+    """(cell masses, mesh, output index) of a finite-volume piece's final state, or with
+    ``settled_snapshot`` the last snapshot of a settled piece that did not save it; None when
+    there is neither (token pieces never have one)."""
+    if "final" in d:
+        avg, i = d["final"], len(d["times"]) - 1
+    elif settled_snapshot and "snapshots" in d and np.isfinite(scales_of(d)["t_term"]):
+        avg, i = d["snapshots"][-1], int(d["snapshot_index"][-1])
+    else:
+        return None
+    mesh = sp.FiniteVolumeSolver(model_for(c.scenario, c.beta), int(d["n"])).mesh
+    return avg.astype(float) * mesh.areas, mesh, i
+
+
 def side_masses(plan, curves):
     """Rows (scenario, beta, n, t, m+ of the terminal measure, mass of rho_t on that atom's
     side of u^perp at the piece's end, sqrt(4 |difference|), W2 to the terminal measure then):
-    the terminal atoms' masses against the ones reached.
-    From the final state (pieces that saved it) or the last snapshot of a settled piece."""
+    the terminal atoms' masses against the ones reached, from :func:`end_masses`."""
     rows = []
     for c in curves:
         model = model_for(c.scenario, c.beta)
@@ -771,20 +784,13 @@ def side_masses(plan, curves):
             continue
         u = eigen_data(c.scenario)["u"]
         for d in (c.coarse, c.data):
-            if d is None:
+            end = None if d is None else end_masses(c, d, settled_snapshot=True)
+            if end is None:
                 continue
-            n = int(d["n"])
-            if "final" in d:
-                avg, i = d["final"].astype(float), len(d["times"]) - 1
-            elif "snapshots" in d and np.isfinite(scales_of(d)["t_term"]):
-                avg, i = d["snapshots"][-1].astype(float), int(d["snapshot_index"][-1])
-            else:
-                continue
-            mesh = sp.FiniteVolumeSolver(model, n).mesh
-            mass = avg * mesh.areas
+            mass, mesh, i = end
             k = int(np.argmax(term.points @ u))  # the atom on u's side
             reached = float(mass[mesh.centers @ u > 0].sum() / mass.sum())
-            rows.append((c.scenario, beta_label(c.beta), n, float(d["times"][i]),
+            rows.append((c.scenario, beta_label(c.beta), int(d["n"]), float(d["times"][i]),
                          float(term.weights[k]), reached,
                          math.sqrt(4 * abs(reached - term.weights[k])),
                          float(d["w2_term"][i])))
@@ -823,11 +829,10 @@ def cluster_rows(curves):
         if "v" not in data:
             continue
         for d in (c.coarse, c.data):
-            if d is None or "final" not in d:
+            end = None if d is None else end_masses(c, d)
+            if end is None:
                 continue
-            mesh = sp.FiniteVolumeSolver(model_for(c.scenario, c.beta), int(d["n"])).mesh
-            found = final_clusters(d["final"].astype(float) * mesh.areas, mesh.centers,
-                                   data["v"], data["u"])
+            found = final_clusters(end[0], end[1].centers, data["v"], data["u"])
             rows.append((c.scenario, beta_label(c.beta), int(d["n"]), float(d["times"][-1]),
                          "; ".join(f"{m:.3f} at {a:.1f}° ({'+' if s > 0 else '-'})"
                                    for m, a, s in found)))
