@@ -101,3 +101,40 @@ def test_final_clusters_of_two_caps():
     (m1, a1, s1), (m2, a2, s2) = found
     assert abs(m1 - 0.7) < 1e-12 and a1 < 0.5 and s1 == 1
     assert abs(m2 - 0.3) < 1e-12 and abs(a2 - 20) < 0.5 and s2 == -1
+
+
+def _curve(solver, t, fine, coarse, beta=64.0):
+    def piece(w2, n):
+        none = np.full_like(t, np.nan)  # no orbit diagnostic: R1 has a terminal measure
+        return {"times": t, "w2": w2, "lower": w2, "upper": w2, "w2_term": w2 / 2,
+                "lower_term": w2 / 2, "upper_term": w2 / 2, "orbit_s": none, "orbit_w2": none,
+                "orbit_angle": none, "n": n}
+    return lp.Curve("R1", beta, 2, piece(fine, 2), piece(coarse, 1), 1, solver)
+
+
+def test_confirmation_by_the_other_solver_and_the_points_it_admits():
+    t = np.linspace(0.0, 10.0, 21)
+    base = np.abs(t - 3) + 0.1                      # min 0.1 at t* = 3: threshold 0.005
+    # cells converged (coarse off by 1e-6); tokens off by 1e-3 from t = 2 on, their coarse
+    # run by 0.02 from t = 2 on, so they are self-converged only to t = 1.5
+    cells = _curve("finite_volume", t, base, base + 1e-6)
+    step = np.where(t >= 2, 1.0, 0.0)
+    tokens = _curve("particles", t, base + 1e-3 * step, base + 0.02 * step)
+    # the gap 1e-3 is over the summed errors (2e-6) before t = 2, but under the floor
+    assert cells.confirmed_until(tokens) == 10.0
+    assert tokens.converged_until() == 1.5
+    # a gap over both the errors and the floor ends the confirmation there
+    far = _curve("particles", t, base + 0.01 * step, base + 0.01 * step)
+    assert cells.confirmed_until(far) == 1.5
+    rows, points, _ = lp.scales_rows([cells, tokens])
+    ok = {(r[2], r[3]): (r[8], r[10]) for r in rows}
+    assert ok["particles", "t*"] == ("no", "yes") and ok["finite_volume", "t*"] == ("yes", "yes")
+    # the tokens' t* = 3 is admitted on the confirmation alone
+    assert any(p[1] == "t*" and p[4] == "particles" and abs(p[3] - 3) < 1e-9 for p in points)
+    # one value per (scenario, scale, beta): the cells' where both are admitted
+    picked = lp.fit_points(points)
+    assert {p[4] for p in picked} == {"finite_volume"}
+    assert len(picked) == len({(p[0], p[1], p[2]) for p in picked})
+    # the fits need MIN_FIT_BETAS betas, and list each value with its |fine - coarse|
+    row = lp.fits(picked)[0]
+    assert row[1] == "t*" and row[3].startswith("64: 3 ± ") and row[4] == "n/a"

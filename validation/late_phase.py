@@ -443,15 +443,19 @@ class Curve:
 
     def confirmed_until(self, other: Curve) -> float:
         """The last output time up to which this curve and another solver's agree within the
-        sum of their own errors (:meth:`error`), on both W2 curves, from t = 0 on (-inf: not
-        at t = 0, or an error not measured)."""
+        sum of their own errors (:meth:`error`), or within the threshold that self-convergence
+        asks (the smaller of the two curves'), on both W2 curves, from t = 0 on (-inf: not at
+        t = 0, or an error not measured). The threshold floor matters where both methods have
+        converged: two resolutions' difference can pass through 0 (at R1, beta = 256, cells
+        n = 64 and 128 differ by 4e-6 at t = 0.5, the tokens by 2e-7, the methods by 1.3e-5)."""
         mine, theirs = self.error(), other.error()
         if mine is None or theirs is None:
             return -math.inf
         k = min(len(mine), len(theirs))
         gap = np.maximum(np.abs(self.data["w2"][:k] - other.data["w2"][:k]),
                          np.abs(self.late()[:k] - other.late()[:k]))
-        bad = np.flatnonzero(gap > mine[:k] + theirs[:k])
+        floor = min(self.threshold, other.threshold)
+        bad = np.flatnonzero(gap > np.maximum(mine[:k] + theirs[:k], floor))
         k = k if bad.size == 0 else int(bad[0])
         return float(self.times[k - 1]) if k > 0 else -math.inf
 
@@ -543,57 +547,66 @@ def scales_of(d) -> dict:
 
 
 def scales_rows(curves: list[Curve]):
-    """Rows of the time-scale table: each scale at the fine and the coarse resolution, and
-    whether the pair agrees there (converged up to past the scale)."""
+    """Rows of the time-scale table: each scale at the fine and the coarse resolution, whether
+    the pair agrees up to past it (self-converged) and whether the other solver's curve agrees
+    with this one within their summed errors up to past it (confirmed); and the points
+    (scenario, scale, beta, value, solver, |fine - coarse|) that are either, for the fits."""
     rows, points, every = [], [], []
     for c in curves:
         fine = scales_of(c.data)
         coarse = None if c.coarse is None else scales_of(c.coarse)
         until = c.converged_until()
-        for key in ("t*", "t_dep", "t_term", f"t_term({TERM_LEVEL:g})", "t_orbit"):
+        other = next(iter(others(c, curves)), None)
+        confirmed = -math.inf if other is None else c.confirmed_until(other)
+        for key in ("t*", "t_dep", "t_term", f"t_term({TERM_LEVEL:g})", "t_orbit", "min W2"):
             if key.startswith("t_term") and not np.isfinite(c.data["w2_term"]).all():
                 continue
             if key == "t_orbit" and not np.isfinite(c.data["orbit_angle"]).all():
                 continue
             v = fine[key]
+            err = math.nan if coarse is None else abs(v - coarse[key])
             # strictly inside the agreed window: a minimum at the end of an unfinished piece
-            # is no minimum
-            ok = bool(np.isfinite(v) and v < until)
+            # is no minimum; min W2 stands or falls with its time t*
+            when = fine["t*"] if key == "min W2" else v
+            ok = bool(np.isfinite(when) and when < until)
+            ok_other = bool(np.isfinite(when) and when < confirmed)
             rows.append((c.scenario, beta_label(c.beta), c.solver, key, v,
                          "n/a" if coarse is None else coarse[key], f"{c.coarse_n or 'n/a'}/{c.n}",
-                         until, "yes" if ok else "no"))
-            if ok:
-                points.append((c.scenario, key, c.beta, v, c.solver))
+                         until, "yes" if ok else "no", confirmed, "yes" if ok_other else "no"))
+            if key == "min W2":
+                continue
+            if ok or ok_other:
+                points.append((c.scenario, key, c.beta, v, c.solver, err))
             if np.isfinite(v) and c.solver == "finite_volume":
-                every.append((c.scenario, key, c.beta, v))
-        rows.append((c.scenario, beta_label(c.beta), c.solver, "min W2", fine["min W2"],
-                     "n/a" if coarse is None else coarse["min W2"], f"{c.coarse_n or 'n/a'}/{c.n}",
-                     until, "yes" if fine["t*"] < until else "no"))
+                every.append((c.scenario, key, c.beta, v, c.solver, err))
     return rows, points, every
 
 
 def fit_points(points):
-    """One converged value per (scenario, scale, beta): the finite volumes', else the tokens'
-    (each converged under its own refinement; where both are, the two are compared in the
-    time-scale table)."""
+    """One value per (scenario, scale, beta) that is self-converged or confirmed by the other
+    solver: the finite volumes', else the tokens' (where both are, the time-scale table
+    compares them)."""
     best = {}
-    for scenario, key, beta, v, solver in points:
+    for p in points:
+        scenario, key, beta, solver = p[0], p[1], p[2], p[4]
         if (scenario, key, beta) not in best or solver == "finite_volume":
-            best[scenario, key, beta] = v
-    return [(*k, v) for k, v in best.items()]
+            best[scenario, key, beta] = p
+    return list(best.values())
 
 
 def fits(points):
-    """Per (scenario, scale) with converged values at >= MIN_FIT_BETAS betas: the lines
-    against log beta and against beta, with R²."""
+    """Per (scenario, scale) with values at >= MIN_FIT_BETAS betas: the values with their
+    |fine - coarse|, and the lines against log beta and against beta, with R²."""
     out = []
     for key in sorted({(p[0], p[1]) for p in points}):
-        b = np.array([p[2] for p in points if (p[0], p[1]) == key])
-        t = np.array([p[3] for p in points if (p[0], p[1]) == key])
+        mine = sorted((p for p in points if (p[0], p[1]) == key), key=lambda p: p[2])
+        b = np.array([p[2] for p in mine])
+        t = np.array([p[3] for p in mine])
+        values = ", ".join(f"{beta_label(p[2])}: {p[3]:.3g} ± {p[5]:.2g}" for p in mine)
         if len(set(b)) < MIN_FIT_BETAS:
-            out.append((*key, len(b), "n/a", "n/a", "n/a", "n/a"))
+            out.append((*key, len(b), values, "n/a", "n/a", "n/a", "n/a"))
             continue
-        row = [*key, len(b)]
+        row = [*key, len(b), values]
         for x in (np.log(b), b):
             p = np.polyfit(x, t, 1)
             r = t - np.polyval(p, x)
@@ -601,7 +614,6 @@ def fits(points):
                                                                    1e-300)]
         out.append(tuple(row))
     return out
-
 
 
 # ---------------------------------------------------------------------------- figures
@@ -957,23 +969,27 @@ def report_all(plan, store, mode, name, wall, out=None):
                                  "threshold", "max error", "agree until",
                                  "confirmed by the other solver until", "W2 to Π#ρ0 at end",
                                  "W2 to terminal (E1: orbit) at end", "cost"]))
-    text += ["", f"Time scales (fine resolution; 'converged': the two resolutions agree up to "
-             f"past it). t* = argmin W2(ρ_t, Π#ρ0); t_dep: W2 to Π#ρ0 back above "
+    text += ["", f"Time scales (fine resolution; 'self-converged': the two resolutions agree "
+             "up to past it; 'confirmed': the other solver agrees within the summed errors up "
+             "to past it; min W2 counts at t*). t* = argmin W2(ρ_t, Π#ρ0); t_dep: W2 to Π#ρ0 "
+             "back above "
              f"{1 + DEP_FRACTION:g}× its minimum; t_term: W2 to the terminal measure has covered "
              f"{1 - TERM_FRACTION:.0%} of its fall from t* to its settled value (only for a "
              f"settled piece); t_term({TERM_LEVEL:g}): it falls below {TERM_LEVEL:g}; "
              f"t_orbit: the best-matching orbit point {ORBIT_ANGLE:g} rad along the "
              "lone-cluster orbit from e. NaN: not reached in the window.", "",
              table(rows, ["scenario", "beta", "solver", "scale", "fine", "coarse", "n",
-                          "agree until", "converged"]), "",
-             f"Fits over converged values (at least {MIN_FIT_BETAS} distinct β; the finite "
-             "volumes' value where it converged, else the tokens'):", "",
-             table(fit_rows, ["scenario", "scale", "points", "against log β", "R²",
+                          "agree until", "self-converged", "confirmed by the other solver until",
+                          "confirmed"]), "",
+             f"Fits (at least {MIN_FIT_BETAS} distinct β) over the values that are "
+             "self-converged or confirmed by the other solver: the finite volumes' value where "
+             "it is, else the tokens'; ± is |fine - coarse|:", "",
+             table(fit_rows, ["scenario", "scale", "points", "values", "against log β", "R²",
                               "against β", "R²"]), "",
-             "**Not converged, orientation only:** the same fits over the finest resolution's "
-             "values whether or not its coarser partner agrees (these are not results):", "",
-             table(fits(every), ["scenario", "scale", "points", "against log β", "R²",
-                                 "against β", "R²"])]
+             "**Orientation only:** the same fits over the finite volumes' finest values, "
+             "whether or not they are converged or confirmed (these are not results):", "",
+             table(fits(every), ["scenario", "scale", "points", "values", "against log β",
+                                 "R²", "against β", "R²"])]
     text += mass_section(plan, curves) + recurrence_section(curves)
     text += _section("The clusters at a finite-volume piece's end: mass within "
                      f"{CLUSTER_RADIUS:g} rad of the heaviest cell left, in turn; the angle "
