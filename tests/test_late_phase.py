@@ -138,3 +138,16 @@ def test_confirmation_by_the_other_solver_and_the_points_it_admits():
     # the fits need MIN_FIT_BETAS betas, and list each value with its |fine - coarse|
     row = lp.fits(picked)[0]
     assert row[1] == "t*" and row[3].startswith("64: 3 ± ") and row[4] == "n/a"
+
+
+def test_a_time_the_two_resolutions_place_apart_is_not_admitted():
+    # two plateaus flat to 1e-4 (within the threshold 0.005) whose argmins lie 3 apart: the
+    # curves agree, their t* does not
+    t = np.linspace(0.0, 10.0, 21)
+    plateau = 0.2 + np.maximum(np.abs(t - 5) - 2, 0.0)   # flat on [3, 7]
+    fine, coarse = plateau - 1e-4 * (t == 6), plateau - 1e-4 * (t == 3.5)
+    c = _curve("finite_volume", t, fine, coarse)
+    rows, points, _ = lp.scales_rows([c])
+    ok = {r[3]: r[8] for r in rows}
+    assert c.converged_until() == 10.0 and ok["t*"] == "no" and ok["min W2"] == "no"
+    assert not any(p[1] == "t*" for p in points)

@@ -566,10 +566,14 @@ def scales_rows(curves: list[Curve]):
             v = fine[key]
             err = math.nan if coarse is None else abs(v - coarse[key])
             # strictly inside the agreed window: a minimum at the end of an unfinished piece
-            # is no minimum; min W2 stands or falls with its time t*
+            # is no minimum; min W2 stands or falls with its time t*. A time that the two
+            # resolutions place more than an output interval apart is ill-conditioned even
+            # where their curves agree (the argmin of a plateau flat to within the threshold)
             when = fine["t*"] if key == "min W2" else v
-            ok = bool(np.isfinite(when) and when < until)
-            ok_other = bool(np.isfinite(when) and when < confirmed)
+            sharp = coarse is not None and abs(
+                (fine["t*"] - coarse["t*"]) if key == "min W2" else err) <= DT
+            ok = bool(np.isfinite(when) and when < until and sharp)
+            ok_other = bool(np.isfinite(when) and when < confirmed and sharp)
             rows.append((c.scenario, beta_label(c.beta), c.solver, key, v,
                          "n/a" if coarse is None else coarse[key], f"{c.coarse_n or 'n/a'}/{c.n}",
                          until, "yes" if ok else "no", confirmed, "yes" if ok_other else "no"))
@@ -971,7 +975,8 @@ def report_all(plan, store, mode, name, wall, out=None):
                                  "W2 to terminal (E1: orbit) at end", "cost"]))
     text += ["", f"Time scales (fine resolution; 'self-converged': the two resolutions agree "
              "up to past it; 'confirmed': the other solver agrees within the summed errors up "
-             "to past it; min W2 counts at t*). t* = argmin W2(ρ_t, Π#ρ0); t_dep: W2 to Π#ρ0 "
+             f"to past it; either needs the two resolutions' values within one output interval, "
+             f"{DT:g}, and min W2 counts at t*). t* = argmin W2(ρ_t, Π#ρ0); t_dep: W2 to Π#ρ0 "
              "back above "
              f"{1 + DEP_FRACTION:g}× its minimum; t_term: W2 to the terminal measure has covered "
              f"{1 - TERM_FRACTION:.0%} of its fall from t* to its settled value (only for a "
