@@ -108,3 +108,23 @@ def test_core_ratio_of_a_ring_about_e_is_the_gaussian_closed_form():
     row = probe.row(x, np.full(8, 1 / 8), e)
     expected = 1 / (1 + beta * (1 - math.cos(r)) * (e @ probe.B @ e))
     assert abs(row["core_ratio"] - expected) < 1e-12
+
+
+def test_band_rule_integrates_like_the_product_rule_and_refines_only_the_band():
+    rho = sp.measures.VonMisesFisher([0.4, 0.3, 1.0], 1.5)
+    ref = rho.quadrature(100000)
+    second = (ref.points.T * ref.weights) @ ref.points
+    e = np.array([1.0, 0.0, 0.0])
+    counts = {}
+    for k, along in ((1, 1), (3, 3), (3, 1)):
+        cloud = dp.band_rule(rho, 4000, e, 0.1, k, along)
+        assert abs(cloud.weights.sum() - 1) < 1e-14 and np.all(cloud.weights > 0)
+        assert np.abs(cloud.mean() - ref.mean()).max() < 1e-12
+        assert np.abs((cloud.points.T * cloud.weights) @ cloud.points - second).max() < 1e-12
+        w = cloud.points @ e
+        counts[k, along] = (np.sum(np.abs(w) < 0.1), np.sum(np.abs(w) > 0.1))
+        rings = np.unique(np.round(w[np.abs(w) < 0.1], 12))
+        assert len(rings) % 2 == 0 and np.min(np.abs(rings)) > 0  # no ring on the circle
+    assert counts[3, 3][1] == counts[3, 1][1] == counts[1, 1][1]  # outside: the same nodes
+    # inside: about k times the rings (each count rounded up to even), k_along the azimuths
+    assert counts[3, 1][0] >= 2 * counts[1, 1][0] and counts[3, 3][0] == 3 * counts[3, 1][0]

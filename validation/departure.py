@@ -26,6 +26,12 @@ Times: t* (minimum of W2 to Pi#rho_0), t_dep (W2 back at 1.5 x its minimum, the 
 study's definition) and t_rel, the release: the first time after t* from which the speed
 ratio stays above 1/2.
 
+Tail refinement at fixed bulk (``band`` runs): tokens from :func:`band_rule`, a composite
+product rule about e whose band |<x, e>| < 0.08 around the separatrix E^perp, where the hold's
+tail starts, is k times finer in both directions while the bulk keeps the spacing of 16000
+tokens. If the tokens' release were set by how deep into the tail they reach, it would move
+with k as it does with N.
+
 Every run is saved atomically under ``validation/output/departure[_quick]_runs/`` and reused;
 ``validation/output/departure[_quick].{md,png}`` are written from the saved runs.
 
@@ -63,6 +69,10 @@ CORE_RADIUS = 0.3
 FREE_WINDOW = 2.0
 #: The release: the speed ratio stays above this from then on.
 RELEASE_RATIO = 0.5
+#: The band about the great circle <x, e> = 0 that band_rule refines: the tokens in R1's tail
+#: during the hold started within 0.07 of that circle (beta = 64, N = 16000), and the
+#: tokens' separatrix there lies within 0.04 of it.
+BAND_HALF_WIDTH = 0.08
 
 
 @dataclass(frozen=True)
@@ -74,17 +84,26 @@ class Run:
     t_event: float = math.nan
     solver: str = "particles"  # or "finite_volume": n cells per cube face, no event
     scenario: str = "R1"       # or "E1", the default scenario, whose pair turns
+    band: int = 0              # k > 0: tokens on band_rule(n, k, k_along) instead of the
+    band_along: int = 0        # product rule (k_along = 0: k)
 
     @property
     def name(self) -> str:
         tag = f"_{self.event}@{self.t_event:g}" if self.event else ""
         kind = "" if self.solver == "particles" else "fv_"
+        tag += f"_band{self.band}x{self.along}" if self.band else ""
         return f"{self.scenario}_{kind}beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
+
+    @property
+    def along(self) -> int:
+        return self.band_along or self.band
 
     @property
     def label(self) -> str:
         if self.solver == "finite_volume":
             return f"cells n = {self.n}"
+        if self.band:
+            return f"N = {self.n}, band x {self.band} across, x {self.along} along"
         if not self.event:
             return f"N = {self.n}"
         what = "tail removed" if self.event == "move" else f"tail x {self.event}"
@@ -117,7 +136,14 @@ E1_TURN = (Run(16.0, 16000, 50.0, scenario="E1"),
            Run(16.0, 64, 50.0, solver="finite_volume", scenario="E1"))
 FULL = _plan_for([(64.0, 12.0, 5.0), (256.0, 16.0, 7.0)], [16000, 64000],
                  ["move", "0.25", "4"], cells=(32, 64))
-FULL = Plan(FULL.runs + E1_TURN)
+#: Tail refinement at fixed bulk: R1 from band rules with the bulk of 16000 tokens, k times
+#: finer in both directions (k = 1, 2, 4) and only across the separatrix (k = 8, 32), against
+#: the same N and 4N on the product rule.
+BANDS = (tuple(Run(64.0, 16000, 12.0, band=k, band_along=a)
+               for k, a in ((1, 1), (2, 2), (4, 4), (8, 1), (32, 1)))
+         + tuple(Run(256.0, 16000, 16.0, band=k, band_along=a)
+                 for k, a in ((1, 1), (4, 4), (32, 1))))
+FULL = Plan(FULL.runs + BANDS + E1_TURN)
 
 
 # ------------------------------------------------------------------------------ the probe
@@ -229,11 +255,54 @@ def compute_cells(run: Run) -> dict:
     return _saved(times, rows, math.nan, run.n)
 
 
+def band_rule(measure, n: int, axis, half_width: float, k: int, k_along: int | None = None
+              ) -> sp.PointCloud:
+    """The measure as weighted nodes of a composite product rule about ``axis`` whose band
+    |<x, axis>| < half_width, about the great circle orthogonal to it, is k times finer across
+    the circle and k_along (default k) times finer along it (k = 1: a plain product rule).
+
+    In w = <x, axis> the pieces [-1, -h], [-h, h], [h, 1] each get Gauss-Legendre nodes at
+    sqrt(n / 2) / 2 per unit of w (times k in the band, whose count is rounded up to even, so
+    that no ring lies on the circle itself), and each ring 2 sqrt(n / 2) equispaced azimuths (times
+    k_along in the band); the surface measure is dw dphi, so node weights are the product
+    weights times the density, normalised. About n (1 + h (k k_along - 1)) nodes."""
+    a = np.asarray(axis, dtype=float)
+    a = a / np.linalg.norm(a)
+    u = np.cross(a, [0.0, 0.0, 1.0] if abs(a[2]) < 0.9 else [1.0, 0.0, 0.0])
+    u /= np.linalg.norm(u)
+    v = np.cross(a, u)
+    n_theta = math.sqrt(n / 2.0)
+    points, weights = [], []
+    k_along = k if k_along is None else k_along
+    for lo, hi, f, fa in ((-1.0, -half_width, 1, 1), (-half_width, half_width, k, k_along),
+                          (half_width, 1.0, 1, 1)):
+        q = max(2, math.ceil(n_theta / 2 * f * (hi - lo)))
+        g, gw = np.polynomial.legendre.leggauss(q + q % 2 if lo == -half_width else q)
+        w, ww = lo + (hi - lo) * (g + 1) / 2, gw * (hi - lo) / 2
+        m = int(round(2 * n_theta)) * fa
+        phi = (np.arange(m) + 0.5) * 2 * np.pi / m
+        ring = np.cos(phi)[:, None] * u + np.sin(phi)[:, None] * v
+        s = np.sqrt(1.0 - w * w)
+        points.append((w[:, None, None] * a + s[:, None, None] * ring).reshape(-1, 3))
+        weights.append(np.repeat(ww * 2 * np.pi / m, m))
+    x = np.concatenate(points)
+    logw = np.log(np.concatenate(weights)) + measure.log_density(x)
+    wt = np.exp(logw - logw.max())
+    return sp.PointCloud(x, wt / wt.sum())
+
+
+def start(run: Run) -> sp.PointCloud:
+    """The tokens' start: rho_0's product Gauss rule, or its band rule about E's separatrix."""
+    if run.band:
+        return band_rule(initial(), run.n, E, BAND_HALF_WIDTH, run.band, run.along)
+    return initial().quadrature(run.n)
+
+
 def compute(run: Run) -> dict:
     if run.solver == "finite_volume":
         return compute_cells(run)
     model = model_for(run.scenario, run.beta)
-    cloud = initial().quadrature(run.n)
+    cloud = start(run)
     x, w = cloud.points.copy(), cloud.weights.copy()
     m_plus = float(w[x @ E > 0].sum())
     probe, solver = Probe(model), _particle_solver(model)
@@ -250,14 +319,21 @@ def compute(run: Run) -> dict:
     return _saved(times, rows, acted, len(w))
 
 
-def load(store: Path, run: Run, compute_missing=True):
-    """The saved run (computed first when missing and ``compute_missing``), else None."""
-    spec = {"beta": run.beta, "n": run.n, "t_end": run.t_end, "event": run.event,
+def spec_of(run: Run) -> dict:
+    """What a saved run was computed with (its file name's key)."""
+    return {"beta": run.beta, "n": run.n, "t_end": run.t_end, "event": run.event,
             **({"solver": run.solver} if run.solver != "particles" else {}),
             **({"scenario": run.scenario} if run.scenario != "R1" else {}),
+            **({"band": run.band, "band_along": run.along, "band_half_width": BAND_HALF_WIDTH,
+                "band_rings": "even"} if run.band else {}),
             "t_event": None if math.isnan(run.t_event) else run.t_event, "step": STEP,
             "tail_widths": TAIL_WIDTHS, "version": 2}
-    return stored_run(store, run.name, spec, (lambda: compute(run)) if compute_missing else None)
+
+
+def load(store: Path, run: Run, compute_missing=True):
+    """The saved run (computed first when missing and ``compute_missing``), else None."""
+    return stored_run(store, run.name, spec_of(run),
+                      (lambda: compute(run)) if compute_missing else None)
 
 
 # ------------------------------------------------------------------------------ analysis
@@ -369,13 +445,29 @@ def resolution_rows(groups):
     for beta, runs in groups.items():
         finest = {}
         for solver in ("particles", "finite_volume"):
-            base = [(r, d) for r, d in runs if r.solver == solver and not r.event and d is not None]
+            base = [(r, d) for r, d in runs
+                    if r.solver == solver and not r.event and not r.band and d is not None]
             for (r1, d1), (r2, d2) in zip(base, base[1:], strict=False):
                 rows.append(_difference_row(beta, f"{r1.label} -> {r2.label}", d1, d2))
             if base:
                 finest[solver] = base[-1]
         if len(finest) == 2:
             (r1, d1), (r2, d2) = finest["particles"], finest["finite_volume"]
+            rows.append(_difference_row(beta, f"{r1.label} -> {r2.label}", d1, d2))
+    return rows
+
+
+def band_rows(groups):
+    """Band rules at consecutive k (same bulk), then the finest against the cells."""
+    rows = []
+    for beta, runs in groups.items():
+        bands = [(r, d) for r, d in runs if r.band and d is not None]
+        for (r1, d1), (r2, d2) in zip(bands, bands[1:], strict=False):
+            rows.append(_difference_row(beta, f"{r1.label} ({int(d1['n'])} tokens) -> "
+                                        f"{r2.label} ({int(d2['n'])} tokens)", d1, d2))
+        cells = [(r, d) for r, d in runs if r.solver == "finite_volume" and d is not None]
+        if bands and cells:
+            (r1, d1), (r2, d2) = bands[-1], cells[-1]
             rows.append(_difference_row(beta, f"{r1.label} -> {r2.label}", d1, d2))
     return rows
 
@@ -446,6 +538,12 @@ def report(plan, store, name, folder=OUT):
              "", "Resolution (tokens N and 4N, cells n and 2n) and method (the finest of each): "
              "largest differences of the curves and of the time scales:", "",
              table(resolution_rows(groups),
+                   ["scenario, β", "from -> to", "max abs dW2", "max abs d angle",
+                    "max abs d speed ratio", "d t_dep", "d t_rel"]), "",
+             "Tail refinement at fixed bulk (band rules: the band |<x, e>| < "
+             f"{BAND_HALF_WIDTH:g} about the separatrix k times finer across it and k_along "
+             "times along it), consecutive rules, then the last against the finest cells:", "",
+             table(band_rows(groups),
                    ["scenario, β", "from -> to", "max abs dW2", "max abs d angle",
                     "max abs d speed ratio", "d t_dep", "d t_rel"]), "",
              "Speed ratios over the second half of each window (R1: after the release; E1: "
