@@ -37,7 +37,7 @@ Every run is saved atomically under ``validation/output/departure[_quick]_runs/`
 
 Run:
     .venv/bin/python validation/departure.py --quick    # about 2 minutes on one core
-    .venv/bin/python validation/departure.py            # about 1 CPU hour
+    .venv/bin/python validation/departure.py            # about 1.5 CPU hours
 """
 from __future__ import annotations
 
