@@ -37,7 +37,7 @@ Every run is saved atomically under ``validation/output/departure[_quick]_runs/`
 
 Run:
     .venv/bin/python validation/departure.py --quick    # about 2 minutes on one core
-    .venv/bin/python validation/departure.py            # about 1.5 CPU hours
+    .venv/bin/python validation/departure.py            # about 2 CPU hours
 """
 from __future__ import annotations
 
@@ -137,10 +137,10 @@ E1_TURN = (Run(16.0, 16000, 50.0, scenario="E1"),
 FULL = _plan_for([(64.0, 12.0, 5.0), (256.0, 16.0, 7.0)], [16000, 64000],
                  ["move", "0.25", "4"], cells=(32, 64))
 #: Tail refinement at fixed bulk: R1 from band rules with the bulk of 16000 tokens, k times
-#: finer in both directions (k = 1, 2, 4) and only across the separatrix (k = 8, 32), against
-#: the same N and 4N on the product rule.
+#: finer in both directions (k = 1, 2, 4) and only across the separatrix (k = 8, 32, 128),
+#: against the same N and 4N on the product rule.
 BANDS = (tuple(Run(64.0, 16000, 12.0, band=k, band_along=a)
-               for k, a in ((1, 1), (2, 2), (4, 4), (8, 1), (32, 1)))
+               for k, a in ((1, 1), (2, 2), (4, 4), (8, 1), (32, 1), (128, 1)))
          + tuple(Run(256.0, 16000, 16.0, band=k, band_along=a)
                  for k, a in ((1, 1), (4, 4), (32, 1))))
 FULL = Plan(FULL.runs + BANDS + E1_TURN)
