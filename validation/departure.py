@@ -142,7 +142,7 @@ FULL = _plan_for([(64.0, 12.0, 5.0), (256.0, 16.0, 7.0)], [16000, 64000],
 BANDS = (tuple(Run(64.0, 16000, 12.0, band=k, band_along=a)
                for k, a in ((1, 1), (2, 2), (4, 4), (8, 1), (32, 1), (128, 1)))
          + tuple(Run(256.0, 16000, 16.0, band=k, band_along=a)
-                 for k, a in ((1, 1), (4, 4), (32, 1))))
+                 for k, a in ((1, 1), (4, 4), (32, 1), (128, 1))))
 FULL = Plan(FULL.runs + BANDS + E1_TURN)
 
 
