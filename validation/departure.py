@@ -28,9 +28,9 @@ ratio stays above 1/2.
 
 Tail refinement at fixed bulk (``band`` runs): tokens from :func:`band_rule`, a composite
 product rule about e whose band |<x, e>| < 0.08 around the separatrix E^perp, where the hold's
-tail starts, is k times finer in both directions while the bulk keeps the spacing of 16000
-tokens. If the tokens' release were set by how deep into the tail they reach, it would move
-with k as it does with N.
+tail starts, is k times finer across it and k_along times along it, while the bulk keeps the
+spacing of 16000 tokens. They tell whether the tokens lack bulk or resolution across the
+separatrix, where their positions after t* form a layer of width ~e^{-lambda t}.
 
 Every run is saved atomically under ``validation/output/departure[_quick]_runs/`` and reused;
 ``validation/output/departure[_quick].{md,png}`` are written from the saved runs.
@@ -71,7 +71,7 @@ FREE_WINDOW = 2.0
 RELEASE_RATIO = 0.5
 #: The band about the great circle <x, e> = 0 that band_rule refines: the tokens in R1's tail
 #: during the hold started within 0.07 of that circle (beta = 64, N = 16000), and the
-#: tokens' separatrix there lies within 0.04 of it.
+#: tokens' separatrix there, located with zero-weight tracers, lies within 0.045 of it.
 BAND_HALF_WIDTH = 0.08
 
 
