@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 import spherepde as sp
+from spherepde.density.finite_volume import locate as fv_locate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
 import departure as dp  # noqa: E402
@@ -93,7 +94,39 @@ def test_cells_run_and_compare_with_tokens(tmp_path):
         # at t = 0 both start from rho_0: W2 to Pi#rho_0 is the same up to their quadratures
         assert abs(d["w2"][0] - 1.0235) < 0.05
     labels = [r[1] for r in dp.resolution_rows(dp.saved_groups(plan, tmp_path))]
-    assert labels == ["cells n = 4 -> cells n = 8", "N = 200 -> cells n = 8"]
+    assert labels == ["cells n = 4 -> cells n = 8 (to t = 0.5)", "N = 200 -> cells n = 8"]
+
+
+def test_cells_to_tokens_keeps_every_cell_s_mass_and_the_moments():
+    model = lp.model_for("R1", 64.0)
+    sol = sp.FiniteVolumeSolver(model, 8).solve(lp.initial(), [0.0, 1.0])
+    cells = sol.measure(1)
+    second = (cells.points.T * cells.weights) @ cells.points
+    for sub in (1, 2, 3):
+        cloud = dp.cells_to_tokens(sol, 1, sub)
+        assert len(cloud.weights) == 6 * 8 ** 2 * sub ** 2  # rho_1 > 0 everywhere here
+        per_cell = np.bincount(fv_locate(sol.mesh, cloud.points), cloud.weights, 6 * 64)
+        np.testing.assert_allclose(per_cell, sol.masses[1] / sol.masses[1].sum(), rtol=1e-12)
+        # the nodes move inside each cell: moments change at the cell size's order only
+        assert np.abs(cloud.mean() - cells.mean()).max() < 0.02
+        assert np.abs((cloud.points.T * cloud.weights) @ cloud.points - second).max() < 0.02
+    # the sub-cell nodes follow the reconstruction: they converge to the density's moments
+    fine = dp.cells_to_tokens(sol, 1, 6)
+    third = dp.cells_to_tokens(sol, 1, 3)
+    assert np.abs(third.mean() - fine.mean()).max() < np.abs(cells.mean() - fine.mean()).max()
+
+
+def test_handoff_run_continues_the_cells_with_tokens(tmp_path):
+    plan = dp.Plan((dp.Run(64.0, 8, 1.0, t_event=0.5, solver="handoff", sub=2),
+                    dp.Run(64.0, 8, 1.0, solver="finite_volume")))
+    hand, cells = (dp.load(tmp_path, run) for run in plan.runs)
+    assert int(hand["n"]) == 4 * 6 * 64
+    np.testing.assert_array_equal(hand["w2"][:2], cells["w2"][:2])  # the cells up to t = 0.5
+    assert 0 < abs(hand["w2"][2] - cells["w2"][2]) < 0.01    # then the tokens, from that state
+    (row,) = dp.handoff_rows(dp.saved_groups(plan, tmp_path))
+    assert row[2] == 4 * 6 * 64 and 0 < row[4] < 0.02 and 0 < row[5] < 0.02
+    dp.report(plan, tmp_path, "tiny", folder=tmp_path)
+    assert "then tokens 2^2 a cell" in (tmp_path / "tiny.md").read_text()
 
 
 def test_core_ratio_of_a_ring_about_e_is_the_gaussian_closed_form():

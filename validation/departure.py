@@ -32,12 +32,18 @@ tail starts, is k times finer across it and k_along times along it, while the bu
 spacing of 16000 tokens. They tell whether the tokens lack bulk or resolution across the
 separatrix, where their positions after t* form a layer of width ~e^{-lambda t}.
 
+Handoff (``handoff`` runs, beta = 256): the finite volumes to t = 12, where both methods
+still agree, then tokens on a sub x sub Gauss rule of every cell's reconstructed density
+(each cell's mass kept), against the cells run on to t = 36. From one state, do the tokens'
+dynamics hold the cluster as long as the cells' do? If they do, the two methods differ only in
+the state they carry to t = 12 (the tail across the separatrix); if not, in the dynamics after.
+
 Every run is saved atomically under ``validation/output/departure[_quick]_runs/`` and reused;
 ``validation/output/departure[_quick].{md,png}`` are written from the saved runs.
 
 Run:
     .venv/bin/python validation/departure.py --quick    # about 2 minutes on one core
-    .venv/bin/python validation/departure.py            # about 2 CPU hours
+    .venv/bin/python validation/departure.py            # about 4 CPU hours
 """
 from __future__ import annotations
 
@@ -69,6 +75,8 @@ CORE_RADIUS = 0.3
 FREE_WINDOW = 2.0
 #: The release: the speed ratio stays above this from then on.
 RELEASE_RATIO = 0.5
+#: The arrival t_arr: W2 to the terminal measure below this (the late-phase t_term(0.1)).
+ARRIVAL_W2 = 0.1
 #: The band about the great circle <x, e> = 0 that band_rule refines: the tokens in R1's tail
 #: during the hold started within 0.07 of that circle (beta = 64, N = 16000), and the
 #: tokens' separatrix there, located with zero-weight tracers, lies within 0.045 of it.
@@ -82,16 +90,19 @@ class Run:
     t_end: float
     event: str = ""        # "", "move" or a factor f (as text) applied to the tail at t_event
     t_event: float = math.nan
-    solver: str = "particles"  # or "finite_volume": n cells per cube face, no event
+    solver: str = "particles"  # "finite_volume": n cells per cube face, no event; "handoff"
     scenario: str = "R1"       # or "E1", the default scenario, whose pair turns
     band: int = 0              # k > 0: tokens on band_rule(n, k, k_along) instead of the
     band_along: int = 0        # product rule (k_along = 0: k)
+    sub: int = 0               # solver "handoff": cells n to t_event, then tokens on a
+    #                            sub x sub Gauss rule of every cell's reconstructed density
 
     @property
     def name(self) -> str:
         tag = f"_{self.event}@{self.t_event:g}" if self.event else ""
-        kind = "" if self.solver == "particles" else "fv_"
+        kind = {"particles": "", "finite_volume": "fv_", "handoff": "handoff_"}[self.solver]
         tag += f"_band{self.band}x{self.along}" if self.band else ""
+        tag += f"_at{self.t_event:g}_sub{self.sub}" if self.solver == "handoff" else ""
         return f"{self.scenario}_{kind}beta={self.beta:g}_n={self.n}_t={self.t_end:g}{tag}"
 
     @property
@@ -102,6 +113,8 @@ class Run:
     def label(self) -> str:
         if self.solver == "finite_volume":
             return f"cells n = {self.n}"
+        if self.solver == "handoff":
+            return f"cells n = {self.n} to t = {self.t_event:g}, then tokens {self.sub}^2 a cell"
         if self.band:
             return f"N = {self.n}, band x {self.band} across, x {self.along} along"
         if not self.event:
@@ -143,7 +156,13 @@ BANDS = (tuple(Run(64.0, 16000, 12.0, band=k, band_along=a)
                for k, a in ((1, 1), (2, 2), (4, 4), (8, 1), (32, 1), (128, 1)))
          + tuple(Run(256.0, 16000, 16.0, band=k, band_along=a)
                  for k, a in ((1, 1), (4, 4), (32, 1), (128, 1))))
-FULL = Plan(FULL.runs + BANDS + E1_TURN)
+#: The two methods' dynamics from one state: at beta = 256 the cells hold the + cluster until
+#: t ~ 28 and the tokens from rho_0 release it by t ~ 16, though both agree to t = 12. Cells
+#: to t = 12, then tokens from their state (1 and 4 a cell), against the cells run on.
+HANDOFF = tuple(Run(256.0, n, 36.0, t_event=12.0, solver="handoff", sub=s)
+                for n, s in ((64, 1), (32, 1), (32, 2), (64, 2))) + tuple(
+    Run(256.0, n, 36.0, solver="finite_volume") for n in (64, 32))
+FULL = Plan(FULL.runs + BANDS + E1_TURN + HANDOFF)
 
 
 # ------------------------------------------------------------------------------ the probe
@@ -166,6 +185,7 @@ class Probe:
     def __init__(self, model):
         self.model, self.beta = model, model.beta
         self.B, self.V = model.B, model.V
+        self.v = terminal_atom(model)
 
     def centre(self, x, w, guess):
         c = np.asarray(guess, dtype=float)
@@ -204,8 +224,20 @@ class Probe:
                 "core_ratio": float(np.linalg.norm(Pc @ self.V @ core_m)) / lone}
 
     def record(self, x, w, c, m_plus) -> dict:
-        """The row of one output: :meth:`row` and W2 to m+ delta_e + (1 - m+) delta_-e."""
-        return {**self.row(x, w, c), "w2": w2_two_antipodal(x, w, E, m_plus)}
+        """The row of one output: :meth:`row`, W2 to m+ delta_e + (1 - m+) delta_-e (Pi#rho_0)
+        and to m+ delta_v + (1 - m+) delta_-v (R1's terminal measure)."""
+        term = math.nan if self.v is None else w2_two_antipodal(x, w, self.v, m_plus)
+        return {**self.row(x, w, c), "w2": w2_two_antipodal(x, w, E, m_plus), "w2_term": term}
+
+
+def terminal_atom(model):
+    """Where the lone-cluster flow takes e (R1: the terminal atom +v, which carries m+), or
+    None where V's dominant pair is complex (E1: no limit)."""
+    try:
+        term = model.terminal_measure(sp.PointCloud(E[None, :], np.ones(1)))
+    except sp.model.AssumptionError:
+        return None
+    return term.points[np.argmax(term.weights)]
 
 
 def apply_event(probe, x, w, c, event):
@@ -291,6 +323,20 @@ def band_rule(measure, n: int, axis, half_width: float, k: int, k_along: int | N
     return sp.PointCloud(x, wt / wt.sum())
 
 
+def cells_to_tokens(sol, i: int, sub: int) -> sp.PointCloud:
+    """Output i of a finite-volume solution as tokens: each cell's sub x sub Gauss nodes
+    weighted by the limited reconstruction (the solver's own) times the node's area, scaled to
+    the cell's mass (by area where the reconstruction vanishes), so that every cell keeps its
+    mass exactly; nodes of zero weight are dropped."""
+    pts, area = sol.mesh.cell_quadrature(sub)
+    w = area * sol.density(i, pts.reshape(-1, 3)).reshape(area.shape)
+    total = w.sum(axis=1, keepdims=True)
+    w = np.where(total > 0, w / np.where(total > 0, total, 1.0),
+                 area / area.sum(axis=1, keepdims=True)) * sol.masses[i][:, None]
+    keep = w.ravel() > 0
+    return sp.PointCloud(pts.reshape(-1, 3)[keep], w.ravel()[keep] / w.sum())
+
+
 def start(run: Run) -> sp.PointCloud:
     """The tokens' start: rho_0's product Gauss rule, or its band rule about E's separatrix."""
     if run.band:
@@ -298,25 +344,53 @@ def start(run: Run) -> sp.PointCloud:
     return initial().quadrature(run.n)
 
 
+def compute_handoff(run: Run) -> dict:
+    """The cells to t_event, probed as :func:`compute_cells` does, then tokens from their
+    state (:func:`cells_to_tokens`) to t_end: the two methods' dynamics from one state."""
+    model = model_for(run.scenario, run.beta)
+    m_plus = initial().hemisphere_mass(E)
+    times = _output_times(run)
+    k0 = int(np.argmin(np.abs(times - run.t_event)))
+    sol = sp.FiniteVolumeSolver(model, run.n).solve(initial(), times[:k0 + 1])
+    probe, c, rows = Probe(model), E, []
+    for i in range(k0):
+        mu = sol.measure(i)
+        c = probe.centre(mu.points, mu.weights, c)
+        rows.append(probe.record(mu.points, mu.weights, c, m_plus))
+    cloud = cells_to_tokens(sol, k0, run.sub)
+    rows += token_rows(probe, model, cloud.points.copy(), cloud.weights, times[k0:], c,
+                       m_plus)[0]
+    return _saved(times, rows, math.nan, len(cloud.weights))
+
+
+def token_rows(probe, model, x, w, times, c, m_plus, event="", t_event=math.nan):
+    """The probe's rows for tokens (x, w) evolved from times[0] over ``times`` (x in place),
+    ``event`` applied at ``t_event``; returns (rows, the mass acted on)."""
+    solver = _particle_solver(model)
+    rows, acted = [], np.nan
+    for k, t in enumerate(times):
+        if k:
+            x[:] = solver.solve(x, times[k - 1:k + 1], w).positions[-1]
+        c = probe.centre(x, w, c)
+        if event and abs(t - t_event) < 1e-9:
+            acted = apply_event(probe, x, w, c, event)
+            c = probe.centre(x, w, c)
+        rows.append(probe.record(x, w, c, m_plus))
+    return rows, acted
+
+
 def compute(run: Run) -> dict:
     if run.solver == "finite_volume":
         return compute_cells(run)
+    if run.solver == "handoff":
+        return compute_handoff(run)
     model = model_for(run.scenario, run.beta)
     cloud = start(run)
     x, w = cloud.points.copy(), cloud.weights.copy()
     m_plus = float(w[x @ E > 0].sum())
-    probe, solver = Probe(model), _particle_solver(model)
-    times = _output_times(run)
-    c, rows, acted = E, [], np.nan
-    for k, t in enumerate(times):
-        if k:
-            x = solver.solve(x, times[k - 1:k + 1], w).positions[-1]
-        c = probe.centre(x, w, c)
-        if run.event and abs(t - run.t_event) < 1e-9:
-            acted = apply_event(probe, x, w, c, run.event)
-            c = probe.centre(x, w, c)
-        rows.append(probe.record(x, w, c, m_plus))
-    return _saved(times, rows, acted, len(w))
+    rows, acted = token_rows(Probe(model), model, x, w, _output_times(run), E, m_plus,
+                             run.event, run.t_event)
+    return _saved(_output_times(run), rows, acted, len(w))
 
 
 def spec_of(run: Run) -> dict:
@@ -326,6 +400,7 @@ def spec_of(run: Run) -> dict:
             **({"scenario": run.scenario} if run.scenario != "R1" else {}),
             **({"band": run.band, "band_along": run.along, "band_half_width": BAND_HALF_WIDTH,
                 "band_rings": "even"} if run.band else {}),
+            **({"sub": run.sub} if run.solver == "handoff" else {}),
             "t_event": None if math.isnan(run.t_event) else run.t_event, "step": STEP,
             "tail_widths": TAIL_WIDTHS, "version": 2}
 
@@ -346,7 +421,8 @@ def _crossing(t, y, level, k):
 
 def time_scales(d, t_event=math.nan) -> dict:
     """t*, min W2, t_dep, t_rel, the hold's mean speed ratio and tail share over [t*, t_rel),
-    the tail mass at t*, and its exponential decay rate over the hold (NaN where undefined).
+    the tail mass at t*, its exponential decay rate over the hold, and the arrival t_arr
+    (NaN where undefined).
     A crossing in the output interval that ends at an intervention ``t_event`` is the
     intervention itself (the curves jump there, so no interpolation)."""
     t, w2, ratio = d["times"], d["w2"], d["ratio"]
@@ -365,6 +441,10 @@ def time_scales(d, t_event=math.nan) -> dict:
     out["hold ratio"] = float(np.mean(ratio[hold])) if hold.any() else math.nan
     out["hold share"] = float(np.mean(d["share"][hold])) if hold.any() else math.nan
     out["tail mass at t*"] = float(d["tail_mass"][k0])
+    term = d["w2_term"] if "w2_term" in d else np.full(len(t), np.nan)
+    arrived = np.nonzero(term < ARRIVAL_W2)[0]
+    out["t_arr"] = (_crossing(t, term, ARRIVAL_W2, int(arrived[0])) if len(arrived)
+                    else math.nan)
     free = t > (out["t_rel"] if math.isfinite(out["t_rel"]) else t[-1])
     if free.any():  # the FREE_WINDOW from the first output after the release
         free &= t <= t[free][0] + FREE_WINDOW
@@ -397,11 +477,11 @@ def scale_rows(groups):
     rows = []
     for beta, run, d in _each_run(groups):
         if d is None:
-            rows.append([beta, run.label] + ["not computed"] * 12)
+            rows.append([beta, run.label] + ["not computed"] * 13)
             continue
         s = time_scales(d, run.t_event)
         acted = float(d["acted"])
-        rows.append([beta, run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"],
+        rows.append([beta, run.label, s["t*"], s["min W2"], s["t_dep"], s["t_rel"], s["t_arr"],
                      s["hold ratio"], s["hold share"], s["free ratio"], s["free core ratio"],
                      s["tail mass at t*"], s["tail rate"],
                      "" if math.isnan(acted) else f"{acted:.3g}", f"{float(d['cpu_seconds']):.0f}"])
@@ -448,7 +528,9 @@ def resolution_rows(groups):
             base = [(r, d) for r, d in runs
                     if r.solver == solver and not r.event and not r.band and d is not None]
             for (r1, d1), (r2, d2) in zip(base, base[1:], strict=False):
-                rows.append(_difference_row(beta, f"{r1.label} -> {r2.label}", d1, d2))
+                if r1.t_end == r2.t_end:
+                    rows.append(_difference_row(beta, f"{r1.label} -> {r2.label} "
+                                                f"(to t = {r1.t_end:g})", d1, d2))
             if base:
                 finest[solver] = base[-1]
         if len(finest) == 2:
@@ -472,6 +554,27 @@ def band_rows(groups):
     return rows
 
 
+def handoff_rows(groups):
+    """Each handoff run against the cells run on from the same start with the same n: the
+    largest differences of the W2 curves after the handoff, and the time scales of both."""
+    rows = []
+    for beta, runs in groups.items():
+        cells = {r.n: (r, d) for r, d in runs if r.solver == "finite_volume" and d is not None}
+        for run, d in runs:
+            if run.solver != "handoff" or d is None or run.n not in cells:
+                continue
+            rc, dc = cells[run.n]
+            m = min(len(d["times"]), len(dc["times"]))
+            after = d["times"][:m] >= run.t_event
+            sh, sc = time_scales(d), time_scales(dc)
+            rows.append([beta, run.label, int(d["n"]), f"{rc.label} to t = {rc.t_end:g}",
+                         float(np.max(np.abs(d["w2"][:m] - dc["w2"][:m])[after])),
+                         float(np.max(np.abs(d["w2_term"][:m] - dc["w2_term"][:m])[after]))]
+                        + [f"{sh[k]:.4g} / {sc[k]:.4g}" for k in ("t_dep", "t_rel", "t_arr")]
+                        + [f"{sh['tail rate']:.3g} / {sc['tail rate']:.3g}"])
+    return rows
+
+
 def late_rows(groups):
     """Mean speed ratio and Gaussian-core ratio over the window's second half, per run."""
     rows = []
@@ -489,7 +592,8 @@ def figure(groups):
         for run, d in runs:
             if d is None:
                 continue
-            style = "--" if run.event else (":" if run.solver == "finite_volume" else "-")
+            style = ("--" if run.event else {"finite_volume": ":", "handoff": "-."}.get(
+                run.solver, "-"))
             for ax, key in zip(row, ("angle", "ratio", "share"), strict=True):
                 line, = ax.plot(d["times"], d[key], style, label=run.label)
             row[1].plot(d["times"], d["core_ratio"], style, lw=0.6, color=line.get_color())
@@ -527,7 +631,8 @@ def report(plan, store, name, folder=OUT):
              f"ratio of a lone Gaussian cluster of the core's spread, the tokens within "
              f"{CORE_RADIUS:g} rad of c):", "",
              table(scale_rows(groups),
-                   ["scenario, β", "run", "t*", "min W2", "t_dep", "t_rel", "hold: speed ratio",
+                   ["scenario, β", "run", "t*", "min W2", "t_dep", "t_rel", "t_arr",
+                    "hold: speed ratio",
                     "hold: tail share", "free: speed ratio", "free: Gaussian-core ratio",
                     "tail mass at t*", "tail decay rate", "mass acted on", "CPU s"]), "",
              "Interventions against the base run with the same N (shift = intervention - "
@@ -546,6 +651,14 @@ def report(plan, store, name, folder=OUT):
              table(band_rows(groups),
                    ["scenario, β", "from -> to", "max abs dW2", "max abs d angle",
                     "max abs d speed ratio", "d t_dep", "d t_rel"]), "",
+             "Handoff (the cells to t_event, then tokens on a Gauss rule of each cell's "
+             "reconstructed density) against the cells run on, after the handoff; t_arr: W2 to "
+             f"the terminal measure m+ delta_v + m- delta_-v below {ARRIVAL_W2:g}:", "",
+             table(handoff_rows(groups),
+                   ["scenario, β", "run", "tokens", "against", "max abs dW2",
+                    "max abs dW2 to terminal", "t_dep (handoff / cells)",
+                    "t_rel (handoff / cells)", "t_arr (handoff / cells)",
+                    "tail decay rate (handoff / cells)"]), "",
              "Speed ratios over the second half of each window (R1: after the release; E1: "
              "the turning pair):", "",
              table(late_rows(groups), ["scenario, β", "run", "window", "speed ratio",

@@ -459,6 +459,12 @@ class Curve:
         k = k if bad.size == 0 else int(bad[0])
         return float(self.times[k - 1]) if k > 0 else -math.inf
 
+    def confirmation(self, curves: list[Curve]) -> float | None:
+        """:meth:`confirmed_until` by the other solver's curve of the same (scenario, beta)
+        among ``curves``; None where there is none."""
+        other = next(iter(others(self, curves)), None)
+        return None if other is None else self.confirmed_until(other)
+
 
 def time_scales(times, w2, late, angle, settled_end=True) -> dict:
     """t* (the minimum of W2 to Pi#rho_0, refined by a parabola), t_dep (W2 to Pi#rho_0 first
@@ -556,8 +562,8 @@ def scales_rows(curves: list[Curve]):
         fine = scales_of(c.data)
         coarse = None if c.coarse is None else scales_of(c.coarse)
         until = c.converged_until()
-        other = next(iter(others(c, curves)), None)
-        confirmed = -math.inf if other is None else c.confirmed_until(other)
+        confirmed = c.confirmation(curves)
+        confirmed = -math.inf if confirmed is None else confirmed
         for key in ("t*", "t_dep", "t_term", f"t_term({TERM_LEVEL:g})", "t_orbit", "min W2"):
             if key.startswith("t_term") and not np.isfinite(c.data["w2_term"]).all():
                 continue
@@ -963,11 +969,11 @@ def report_all(plan, store, mode, name, wall, out=None):
                          f"{float(d['cpu_seconds']):.0f} s to t={float(d['times'][-1]):g}"
                          for d in (c.coarse, c.data) if d is not None)
         err = c.error()
-        other = next(iter(others(c, curves)), None)
+        confirmed = c.confirmation(curves)
         run_rows.append((c.scenario, beta_label(c.beta), c.solver,
                          f"{c.coarse_n or 'n/a'}/{c.n}", c.threshold,
                          "n/a" if err is None else float(np.max(err)), c.converged_until(),
-                         "n/a" if other is None else c.confirmed_until(other),
+                         "n/a" if confirmed is None else confirmed,
                          float(c.data["w2"][-1]), float(c.late()[-1]), secs))
     text.append(table(run_rows, ["scenario", "beta", "solver", "n (cells/face or tokens)",
                                  "threshold", "max error", "agree until",
