@@ -55,7 +55,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 from _common import OUT, stored_run, table
-from late_phase import DEP_FRACTION, model_for
+from late_phase import CONVERGED_FRACTION, DEP_FRACTION, model_for
 from low_temperature import _particle_solver, initial
 
 import spherepde as sp
@@ -559,7 +559,10 @@ def handoff_rows(groups):
     largest differences of the W2 curves after the handoff, and the time scales of both."""
     rows = []
     for beta, runs in groups.items():
-        cells = {r.n: (r, d) for r, d in runs if r.solver == "finite_volume" and d is not None}
+        cells = {}   # per n, the longest cells run that has the terminal W2
+        for r, d in sorted(runs, key=lambda rd: rd[0].t_end):
+            if r.solver == "finite_volume" and d is not None and "w2_term" in d:
+                cells[r.n] = (r, d)
         for run, d in runs:
             if run.solver != "handoff" or d is None or run.n not in cells:
                 continue
@@ -567,7 +570,12 @@ def handoff_rows(groups):
             m = min(len(d["times"]), len(dc["times"]))
             after = d["times"][:m] >= run.t_event
             sh, sc = time_scales(d), time_scales(dc)
+            gap = np.maximum(np.abs(d["w2"][:m] - dc["w2"][:m]),
+                             np.abs(d["w2_term"][:m] - dc["w2_term"][:m]))
+            off = np.flatnonzero(gap > CONVERGED_FRACTION * sc["min W2"])
+            until = d["times"][off[0] - 1] if off.size else d["times"][m - 1]
             rows.append([beta, run.label, int(d["n"]), f"{rc.label} to t = {rc.t_end:g}",
+                         float(until),
                          float(np.max(np.abs(d["w2"][:m] - dc["w2"][:m])[after])),
                          float(np.max(np.abs(d["w2_term"][:m] - dc["w2_term"][:m])[after]))]
                         + [f"{sh[k]:.4g} / {sc[k]:.4g}" for k in ("t_dep", "t_rel", "t_arr")]
@@ -655,7 +663,8 @@ def report(plan, store, name, folder=OUT):
              "reconstructed density) against the cells run on, after the handoff; t_arr: W2 to "
              f"the terminal measure m+ delta_v + m- delta_-v below {ARRIVAL_W2:g}:", "",
              table(handoff_rows(groups),
-                   ["scenario, β", "run", "tokens", "against", "max abs dW2",
+                   ["scenario, β", "run", "tokens", "against",
+                    f"both W2 within {CONVERGED_FRACTION:.0%} of min W2 until", "max abs dW2",
                     "max abs dW2 to terminal", "t_dep (handoff / cells)",
                     "t_rel (handoff / cells)", "t_arr (handoff / cells)",
                     "tail decay rate (handoff / cells)"]), "",
