@@ -279,12 +279,19 @@ def compute_cells(run: Run) -> dict:
     m_plus = initial().hemisphere_mass(E)
     times = _output_times(run)
     sol = sp.FiniteVolumeSolver(model, run.n).solve(initial(), times)
-    probe, c, rows = Probe(model), E, []
-    for i in range(len(times)):
+    rows, _ = cell_rows(Probe(model), sol, len(times), m_plus)
+    return _saved(times, rows, math.nan, run.n)
+
+
+def cell_rows(probe, sol, count: int, m_plus):
+    """The probe's rows for the first ``count`` outputs of a finite-volume solution (cell
+    masses at the cell centres); returns (rows, the + centre at the last of them)."""
+    c, rows = E, []
+    for i in range(count):
         mu = sol.measure(i)
         c = probe.centre(mu.points, mu.weights, c)
         rows.append(probe.record(mu.points, mu.weights, c, m_plus))
-    return _saved(times, rows, math.nan, run.n)
+    return rows, c
 
 
 def band_rule(measure, n: int, axis, half_width: float, k: int, k_along: int | None = None
@@ -352,11 +359,8 @@ def compute_handoff(run: Run) -> dict:
     times = _output_times(run)
     k0 = int(np.argmin(np.abs(times - run.t_event)))
     sol = sp.FiniteVolumeSolver(model, run.n).solve(initial(), times[:k0 + 1])
-    probe, c, rows = Probe(model), E, []
-    for i in range(k0):
-        mu = sol.measure(i)
-        c = probe.centre(mu.points, mu.weights, c)
-        rows.append(probe.record(mu.points, mu.weights, c, m_plus))
+    probe = Probe(model)
+    rows, c = cell_rows(probe, sol, k0, m_plus)
     cloud = cells_to_tokens(sol, k0, run.sub)
     rows += token_rows(probe, model, cloud.points.copy(), cloud.weights, times[k0:], c,
                        m_plus)[0]
@@ -388,9 +392,9 @@ def compute(run: Run) -> dict:
     cloud = start(run)
     x, w = cloud.points.copy(), cloud.weights.copy()
     m_plus = float(w[x @ E > 0].sum())
-    rows, acted = token_rows(Probe(model), model, x, w, _output_times(run), E, m_plus,
-                             run.event, run.t_event)
-    return _saved(_output_times(run), rows, acted, len(w))
+    times = _output_times(run)
+    rows, acted = token_rows(Probe(model), model, x, w, times, E, m_plus, run.event, run.t_event)
+    return _saved(times, rows, acted, len(w))
 
 
 def spec_of(run: Run) -> dict:
@@ -570,14 +574,11 @@ def handoff_rows(groups):
             m = min(len(d["times"]), len(dc["times"]))
             after = d["times"][:m] >= run.t_event
             sh, sc = time_scales(d), time_scales(dc)
-            gap = np.maximum(np.abs(d["w2"][:m] - dc["w2"][:m]),
-                             np.abs(d["w2_term"][:m] - dc["w2_term"][:m]))
-            off = np.flatnonzero(gap > CONVERGED_FRACTION * sc["min W2"])
+            dw2, dterm = (np.abs(d[k][:m] - dc[k][:m]) for k in ("w2", "w2_term"))
+            off = np.flatnonzero(np.maximum(dw2, dterm) > CONVERGED_FRACTION * sc["min W2"])
             until = d["times"][off[0] - 1] if off.size else d["times"][m - 1]
             rows.append([beta, run.label, int(d["n"]), f"{rc.label} to t = {rc.t_end:g}",
-                         float(until),
-                         float(np.max(np.abs(d["w2"][:m] - dc["w2"][:m])[after])),
-                         float(np.max(np.abs(d["w2_term"][:m] - dc["w2_term"][:m])[after]))]
+                         float(until), float(np.max(dw2[after])), float(np.max(dterm[after]))]
                         + [f"{sh[k]:.4g} / {sc[k]:.4g}" for k in ("t_dep", "t_rel", "t_arr")]
                         + [f"{sh['tail rate']:.3g} / {sc['tail rate']:.3g}"])
     return rows
