@@ -1,0 +1,81 @@
+"""The invariant-circle study: its marginal against a closed form, its graded rules, the
+dividing points, and a tiny chain end to end."""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import spherepde as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import invariant_circle as ic  # noqa: E402
+import late_phase as lp  # noqa: E402
+
+
+def test_marginal_of_the_uniform_density_over_whole_equatorial_panels():
+    # rows = n / 2: the four equatorial panels whole, whose edges |tan beta| = 1 lie at
+    # z = +-arctan(cos a) (a: the angle from the panel's centre), so the marginal of 1 / (4 pi)
+    # is 2 sin(arctan(cos a)) / (4 pi)
+    n = 8
+    sol = sp.FiniteVolumeSolver(lp.model_for("R1", 16.0), n).solve(sp.measures.Uniform(3), [0.0])
+    theta = np.linspace(0.0, 2 * math.pi, 97)
+    a = (theta + math.pi / 4) % (math.pi / 2) - math.pi / 4
+    exact = 2 * np.sin(np.arctan(np.cos(a))) / (4 * math.pi)
+    np.testing.assert_allclose(ic.marginal(sol, 0, theta, n // 2), exact, rtol=1e-12)
+    # and the band of r rows: the mass of its cells, integrated by a token rule
+    for rows in (1, 2, 4):
+        _, w = ic.circle_tokens(sol, 0, ic.graded_edges(400, [], 0.0), rows)
+        band = sol.masses[0][ic.band_cells(n, rows)].sum() / sol.masses[0].sum()
+        assert abs(w.sum() - band) < 1e-9
+
+
+def test_graded_edges_cover_the_circle_and_shrink_toward_the_dividing_points():
+    uniform = ic.graded_edges(100, [1.0], 0.0)
+    np.testing.assert_allclose(np.diff(uniform), 2 * math.pi / 100)
+    for d_min in (1e-4, 1e-8):
+        e = ic.graded_edges(100, [1.0, 1.0 + math.pi], d_min)
+        assert np.all(np.diff(e) > 0) and math.isclose(e[-1] - e[0], 2 * math.pi)
+        length = np.diff(e)
+        for s in (1.0, 1.0 + math.pi):
+            k = int(np.argmin(np.abs(0.5 * (e[1:] + e[:-1]) - s)))
+            # the interval about the point is 2 d with GRADING d_min < d <= d_min, and the
+            # next ones d (1 / GRADING - 1), d (1 / GRADING - 1) / GRADING, ...
+            d = length[k] / 2
+            assert ic.GRADING * d_min < d <= d_min * (1 + 1e-9)
+            q = 1 / ic.GRADING
+            for j in (1, 2, 3):
+                assert math.isclose(length[k + j], d * (q - 1) * q ** (j - 1), rel_tol=1e-6)
+                assert math.isclose(length[k - j], d * (q - 1) * q ** (j - 1), rel_tol=1e-6)
+        # about 10 intervals per decade on each side of each point, the rest uniform
+        extra = len(length) - 100
+        assert 4 * 10 * math.log10(ic.GRADED_WIDTH / d_min) * 0.9 < extra + 4 < 4 * 11.5 * (
+            math.log10(ic.GRADED_WIDTH / d_min) + 1)
+
+
+def test_dividing_points_are_where_the_sides_change_wrap_included():
+    theta = np.array([6.0, 0.5, 1.0, 3.0, 4.0])
+    side = np.array([1, 1, -1, -1, 1])   # + from 4 to 0.5 (across 2 pi), - from 1 to 3
+    assert np.allclose(sorted(ic.dividers_of(theta, side)), [0.75, 3.5])
+
+
+def test_a_tiny_chain_end_to_end(tmp_path):
+    plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0)
+    chain = ic.run_chain(plan, 8, tmp_path)
+    assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
+                                           "graded to 1e-04, tight tolerances"]
+    (uni, d0), (_, d1), (_, d2), (_, dt) = chain
+    # each graded rule is graded about the points the previous one located
+    np.testing.assert_array_equal(d1["dividers_in"], d0["dividers"])
+    np.testing.assert_array_equal(d2["dividers_in"], d1["dividers"])
+    np.testing.assert_array_equal(dt["dividers_in"], d2["dividers_in"])
+    assert len(d0["dividers"]) == 2   # one dividing point on each side of the circle
+    assert abs(float(d0["marginal_mass"]) - float(d0["band_mass"])) < 0.01
+    np.testing.assert_array_equal(d0["w2"][:12], d1["w2"][:12])   # the cells before t = 3
+    assert np.max(np.abs(dt["w2"] - d2["w2"])) < 1e-3
+    # the same chain again is read back, not recomputed
+    again = ic.run_chain(plan, 8, tmp_path, compute_missing=False)
+    assert all(d is not None for _, d in again)
+    ic.report(plan, tmp_path, "tiny", folder=tmp_path)
+    text = (tmp_path / "tiny.md").read_text()
+    assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text

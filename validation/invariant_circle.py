@@ -1,0 +1,448 @@
+"""The late hold of scenario R1 on its invariant circle: the cells' state at t = 12 collapsed
+onto the great circle z = 0, then tokens graded toward the dividing trajectory.
+
+In R1, V maps into the plane z = 0 and B does not couple z, so the great circle z = 0 is
+invariant and attracts the mass: at beta = 256 every cell with mass at t = 12 lies within a
+few cell rows of it. There the tokens that decide how long the + cluster is held are those
+that leave late from near the dividing trajectory, the point of the circle at which tokens
+part between the two clusters: on their way to the + cluster they pass its attention target,
+where a tail of tiny mass outweighs the cluster (docs/theory.md §3.4). A token at distance d
+from the dividing trajectory leaves after about log(1/d) / lambda, so tokens spaced uniformly
+stop feeding the hold at a time that grows like log(1 / spacing): no uniform rule in two
+dimensions can reach the continuum there. On the circle, a rule graded geometrically toward
+the dividing trajectory can.
+
+Per cell resolution n (the finite volumes' state at t = 12):
+
+- the band: the cell rows within ``ROWS_ANGLE`` of z = 0 on the four equatorial panels; its
+  marginal density on the circle, the z-integral of the cells' limited reconstruction over
+  each cell's own z-interval (Gauss, per cell), which collapses the band onto z = 0;
+- a chain of token rules on the circle: uniform spacing (``M0`` intervals), then intervals
+  graded by the ratio ``GRADING`` from ``GRADED_WIDTH`` down to d_min on both sides of each
+  dividing point, for d_min = 1e-3, 1e-4, ...; each rule's dividing points are the previous
+  run's, located where the tokens' sides at t_end change (to the previous d_min);
+- every rule's tokens run with the 2 x 2 model (K, V restricted to the plane) from t = 12 to
+  36 and are probed as in ``departure.py`` (W2 to Pi#rho_0, to the terminal measure, the
+  speed ratio), and one rule again at tighter integration tolerances.
+
+The report states, per n, how long consecutive rules agree (the curve is converged up to
+there), the release and arrival times, and the comparison with the cells run on.
+
+Run:
+    .venv/bin/python validation/invariant_circle.py --quick  # about a minute on one core
+    .venv/bin/python validation/invariant_circle.py          # about an hour on one core
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+from _common import OUT, stored_run, table
+from departure import (
+    CONVERGED_FRACTION,
+    E,
+    Probe,
+    Run,
+    _output_times,
+    _saved,
+    cell_rows,
+    time_scales,
+)
+from late_phase import model_for
+from low_temperature import _particle_solver, initial
+
+import spherepde as sp
+from spherepde import io
+
+#: When the cells hand over, the cells' run on from there, and the inverse temperature.
+T_HANDOFF, T_END, BETA = 12.0, 36.0, 256.0
+#: The band collapsed onto the circle: the equatorial cell rows whose |beta| (the panels'
+#: angular coordinate across z = 0) is below this; the report gives the mass it holds.
+ROWS_ANGLE = 0.39
+#: Uniform intervals of the first rule, and the graded part: intervals from GRADED_WIDTH down
+#: to d_min in ratio GRADING (about 10 intervals per decade) on each side of a dividing point.
+M0, GRADED_WIDTH, GRADING = 4000, 0.05, 0.8
+#: Gauss nodes per interval for a token's weight, per cell z-interval for the marginal.
+WEIGHT_NODES, Z_NODES = 3, 4
+#: The late-phase study's finite-volume pieces the finest rules are checked against (coarse,
+#: fine), and the times at which the report gives the gap.
+LATE_CELLS, PROBES = (64, 128), (14.0, 16.0, 20.0, 24.0, 28.0)
+#: The tighter integration tolerances of the check run (rtol, atol), against the study's.
+TIGHT = (1e-8, 1e-11)
+
+
+@dataclass(frozen=True)
+class Step:
+    n: int              # cells per cube-face edge
+    d_min: float        # 0: the uniform rule
+    tight: bool = False  # integrate at TIGHT tolerances
+
+    @property
+    def name(self) -> str:
+        tag = "uniform" if not self.d_min else f"dmin={self.d_min:g}"
+        return f"R1_circle_beta={BETA:g}_n={self.n}_{tag}" + ("_tight" if self.tight else "")
+
+    @property
+    def label(self) -> str:
+        rule = "uniform" if not self.d_min else f"graded to {self.d_min:.0e}"
+        return rule + (", tight tolerances" if self.tight else "")
+
+
+@dataclass(frozen=True)
+class Plan:
+    cells: tuple      # n
+    d_mins: tuple     # the chain after the uniform rule
+    tight: float      # the d_min repeated at TIGHT tolerances
+    m0: int = M0
+    t_handoff: float = T_HANDOFF
+    t_end: float = T_END
+
+    def chain(self, n: int) -> list[Step]:
+        return ([Step(n, 0.0)] + [Step(n, d) for d in self.d_mins]
+                + [Step(n, self.tight, tight=True)])
+
+
+QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
+FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8)
+
+
+# ------------------------------------------------------------------------ the circle state
+def band_cells(n: int, rows: int) -> np.ndarray:
+    """Indices of the cells in the ``rows`` rows on each side of z = 0 of the four
+    equatorial panels (cell = panel n^2 + row n + column)."""
+    j = np.arange(n // 2 - rows, n // 2 + rows)
+    p, jj, i = np.meshgrid(np.arange(4), j, np.arange(n), indexing="ij")
+    return (p * n * n + jj * n + i).ravel()
+
+
+def band_rows(n: int) -> int:
+    """How many cell rows on each side of z = 0 lie within ROWS_ANGLE."""
+    return max(1, int(ROWS_ANGLE / (0.5 * math.pi / n)))
+
+
+def marginal(sol, k: int, theta, rows: int) -> np.ndarray:
+    """The density per unit angle on z = 0 of the band's mass (``rows`` rows a side), at
+    angles ``theta``: the z-integral of the reconstruction at output k, composite over the
+    cells' own z-intervals (on the panel centred at angle p pi / 2, the row edge tan(beta_j)
+    lies at z = arctan(tan(beta_j) cos(theta - p pi / 2)))."""
+    n = sol.mesh.n
+    theta = np.asarray(theta, dtype=float) % (2 * math.pi)
+    p = np.floor((theta + math.pi / 4) / (math.pi / 2)) % 4
+    a = (theta - p * math.pi / 2 + math.pi) % (2 * math.pi) - math.pi
+    tb = np.tan(-math.pi / 4 + 0.5 * math.pi / n * np.arange(n // 2 - rows, n // 2 + rows + 1))
+    ze = np.arctan(tb[None, :] * np.cos(a)[:, None])
+    g, gw = np.polynomial.legendre.leggauss(Z_NODES)
+    lo, hi = ze[:, :-1, None], ze[:, 1:, None]
+    z = lo + (hi - lo) * (g + 1) / 2
+    cz = np.cos(z)   # the area element on the sphere is cos z dz dtheta
+    pts = np.stack([np.cos(theta)[:, None, None] * cz, np.sin(theta)[:, None, None] * cz,
+                    np.sin(z)], axis=-1)
+    rho = sol.density(k, pts.reshape(-1, 3)).reshape(z.shape)
+    return (rho * (hi - lo) * gw / 2 * cz).sum(axis=(1, 2))
+
+
+def graded_edges(m0: int, dividers, d_min: float) -> np.ndarray:
+    """Interval edges on [theta_0, theta_0 + 2 pi): ``m0`` uniform intervals, replaced within
+    GRADED_WIDTH of each dividing point by intervals shrinking in ratio GRADING down to
+    ``d_min`` on both sides (d_min = 0: uniform)."""
+    e = np.arange(m0) * 2 * math.pi / m0
+    if d_min:
+        k = math.ceil(math.log(d_min / GRADED_WIDTH) / math.log(GRADING))
+        d = GRADED_WIDTH * GRADING ** np.arange(k + 1)
+        for s in dividers:
+            e = e[np.abs((e - s + math.pi) % (2 * math.pi) - math.pi) > GRADED_WIDTH]
+            e = np.concatenate([e, (s + d) % (2 * math.pi), (s - d) % (2 * math.pi)])
+    e = np.sort(e)
+    return np.append(e, e[0] + 2 * math.pi)
+
+
+def circle_tokens(sol, k: int, edges, rows: int):
+    """Angles (the intervals' midpoints) and masses (the marginal's Gauss integral over each
+    interval) of the tokens on the circle; intervals without mass give no token."""
+    mid, length = 0.5 * (edges[1:] + edges[:-1]), np.diff(edges)
+    g, gw = np.polynomial.legendre.leggauss(WEIGHT_NODES)
+    at = mid[:, None] + 0.5 * length[:, None] * g
+    w = (marginal(sol, k, at.ravel(), rows).reshape(at.shape) * gw).sum(axis=1) * length / 2
+    keep = w > 0
+    return mid[keep] % (2 * math.pi), w[keep]
+
+
+def dividers_of(theta, side) -> list[float]:
+    """Midpoints between consecutive tokens (by angle at the start) whose sides at the end
+    differ: the dividing points, to within the rule's spacing there."""
+    o = np.argsort(theta)
+    th, s = theta[o], side[o]
+    nxt = np.roll(np.arange(len(th)), -1)
+    change = np.flatnonzero(s != s[nxt])
+    return [float((th[i] + ((th[nxt[i]] - th[i]) % (2 * math.pi)) / 2) % (2 * math.pi))
+            for i in change]
+
+
+# ------------------------------------------------------------------------------- the runs
+@functools.lru_cache(maxsize=2)
+def cells_state(n: int, t_handoff: float, t_end: float):
+    """The finite volumes to t_handoff: (model, output times to t_end, the handoff's index k0,
+    solution, probe rows to k0, the + centre at k0)."""
+    model = model_for("R1", BETA)
+    times = _output_times(Run(BETA, n, t_end))
+    k0 = int(np.argmin(np.abs(times - t_handoff)))
+    sol = sp.FiniteVolumeSolver(model, n).solve(initial(), times[:k0 + 1])
+    rows, c = cell_rows(Probe(model), sol, k0, initial().hemisphere_mass(E))
+    return model, times, k0, sol, rows, c
+
+
+def compute(step: Step, dividers, plan: Plan) -> dict:
+    """One rule of the chain: its tokens from the cells' band at the handoff to the end."""
+    model, times, k0, sol, rows, c = cells_state(step.n, plan.t_handoff, plan.t_end)
+    rows = list(rows)
+    probe, m_plus = Probe(model), initial().hemisphere_mass(E)
+    band = band_rows(step.n)
+    theta, w = circle_tokens(sol, k0, graded_edges(plan.m0, dividers, step.d_min), band)
+    plane = sp.Model(K=model.K[:2, :2], V=model.V[:2, :2], beta=BETA)
+    solver = (sp.ParticleSolver(plane, kernel="auto", rtol=TIGHT[0], atol=TIGHT[1],
+                                adaptive_kernel=True) if step.tight else _particle_solver(plane))
+    x = np.column_stack([np.cos(theta), np.sin(theta)])
+    wn = w / w.sum()
+    for j in range(len(times) - k0):
+        if j:
+            x = solver.solve(x, times[k0 + j - 1:k0 + j + 1], wn).positions[-1]
+        x3 = np.column_stack([x, np.zeros(len(wn))])
+        c = probe.centre(x3, wn, c)
+        rows.append(probe.record(x3, wn, c, m_plus))
+    out = _saved(times, rows, math.nan, len(wn))
+    cells = band_cells(step.n, band)
+    out.update(dividers_in=np.array(dividers, dtype=float),
+               dividers=np.array(dividers_of(theta, np.sign(x @ probe.v[:2]))),
+               band_mass=np.array(sol.masses[k0][cells].sum()), marginal_mass=np.array(w.sum()),
+               row_mass=np.array([sol.masses[k0][band_cells(step.n, r)].sum()
+                                  for r in range(1, band + 1)]))
+    return out
+
+
+def spec_of(step: Step, dividers, plan: Plan) -> dict:
+    return {"beta": BETA, "n": step.n, "d_min": step.d_min, "tight": step.tight,
+            "m0": plan.m0, "t": [plan.t_handoff, plan.t_end], "rows_angle": ROWS_ANGLE,
+            "graded": [GRADED_WIDTH, GRADING], "nodes": [WEIGHT_NODES, Z_NODES],
+            "dividers": [round(s, 15) for s in dividers]}
+
+
+def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
+    """The chain of rules at resolution n in order, [(step, data or None)]: each graded rule
+    about the dividing points that the previous finished rule located (the tight-tolerance
+    check about those of the rule with its d_min); stops at the first rule not available."""
+    out, dividers, located = [], [], {}
+    for step in plan.chain(n):
+        use = located.get(step.d_min, dividers) if step.tight else dividers
+        d = stored_run(store, step.name, spec_of(step, use, plan),
+                       (lambda s=step, u=use: compute(s, u, plan)) if compute_missing else None)
+        out.append((step, d))
+        if d is None:
+            break
+        located[step.d_min] = list(d["dividers_in"])
+        if not step.tight:
+            dividers = list(d["dividers"])
+    return out
+
+
+# ------------------------------------------------------------------------------- analysis
+def agree_until(a: dict, b: dict) -> float:
+    """The last output time up to which two runs' W2 curves, to Pi#rho_0 and to the
+    terminal measure, differ by less than the study's threshold (CONVERGED_FRACTION of a's
+    minimum W2 to Pi#rho_0)."""
+    m = min(len(a["times"]), len(b["times"]))
+    gap = np.maximum(np.abs(a["w2"][:m] - b["w2"][:m]), np.abs(a["w2_term"][:m]
+                                                                - b["w2_term"][:m]))
+    off = np.flatnonzero(gap >= CONVERGED_FRACTION * float(np.min(a["w2"])))
+    return float(a["times"][off[0] - 1] if off.size else a["times"][m - 1])
+
+
+def cells_run_on(n: int, store: Path, t_end: float):
+    """The finite volumes at n run from rho_0 to t_end (saved by departure.py), or None."""
+    import departure
+    return departure.load(store, Run(BETA, n, t_end, solver="finite_volume"),
+                          compute_missing=False)
+
+
+def late_cells(n: int, t_end: float):
+    """The late-phase study's finite-volume piece of R1 at beta = 256 and n cells, finished
+    or as far as its checkpoint reached, cut at t_end (None when absent)."""
+    import late_phase as lp
+    store = OUT / "late_phase_runs"
+    d = (lp.piece(store, "R1", BETA, n, lp.FULL.times, compute=False)
+         or lp.unfinished(store, "R1", BETA, n, lp.FULL.times))
+    if d is None:
+        return None
+    keep = np.asarray(d["times"]) <= t_end + 1e-9
+    return {k: np.asarray(d[k])[keep] for k in ("times", "w2", "w2_term")}
+
+
+def _on(d: dict, times) -> np.ndarray:
+    """Both W2 curves of run d at ``times`` (a subset of its outputs), as (2, len(times))."""
+    idx = np.searchsorted(d["times"], np.asarray(times) - 1e-9)
+    return np.array([d["w2"][idx], d["w2_term"][idx]])
+
+
+def confirmation_row(n, tokens, previous, fine, coarse, t_handoff, probes) -> list:
+    """The finest rule against the finest cells: the gap (larger of the two W2 curves) at the
+    ``probes`` times, each method's error there (tokens: against the previous rule; cells:
+    against the coarser cells), and the last time after the handoff up to which the gap stays
+    within the summed errors or the threshold (CONVERGED_FRACTION of min W2), whichever is
+    larger: the tokens confirm the cells up to there."""
+    t = fine["times"][(fine["times"] >= t_handoff) & (fine["times"] <= tokens["times"][-1])]
+    t = t[np.isin(np.round(t, 9), np.round(coarse["times"], 9))]
+    gap = np.abs(_on(tokens, t) - _on(fine, t)).max(axis=0)
+    err = (np.abs(_on(tokens, t) - _on(previous, t)).max(axis=0)
+           + np.abs(_on(fine, t) - _on(coarse, t)).max(axis=0))
+    bad = np.flatnonzero(gap > np.maximum(err, CONVERGED_FRACTION * float(np.min(tokens["w2"]))))
+    until = (float(t[-1]) if not bad.size else float(t[bad[0] - 1]) if bad[0] > 0
+             else "not at the handoff")
+    at = [int(np.argmin(np.abs(t - p))) for p in probes]
+    return [n, until] + [f"{gap[k]:.4f} ({err[k]:.4f})" for k in at]
+
+
+def band_table(chains) -> list:
+    rows = []
+    for n, chain in chains.items():
+        d = chain[0][1]
+        if d is None:
+            continue
+        rm = d["row_mass"]
+        rows.append([n, len(rm), float(d["band_mass"]), float(d["marginal_mass"])]
+                    + [float(rm[r - 1]) if r <= len(rm) else math.nan for r in (1, 2, 4)])
+    return rows
+
+
+def chain_table(chains, cells) -> list:
+    """Per rule: tokens, the dividing point it was graded about and the one it located, the
+    release and arrival, W2 to the terminal measure at the end, and how long it agrees with
+    the previous rule (the tight check: with the rule of its d_min) and with the cells."""
+    rows = []
+    for n, chain in chains.items():
+        done = {(s.d_min, s.tight): d for s, d in chain if d is not None}
+        prev = None
+        for step, d in chain:
+            if d is None:
+                rows.append([n, step.label] + ["not computed"] * 8)
+                continue
+            ts = time_scales(d)
+            ref = done.get((step.d_min, False)) if step.tight else prev
+            rows.append([n, step.label, int(d["n"]),
+                         f"{d['dividers_in'][0]:.9f}" if len(d["dividers_in"]) else "-",
+                         f"{d['dividers'][0]:.9f}" if len(d["dividers"]) else "-",
+                         ts["t_rel"], ts["t_arr"], float(d["w2_term"][-1]),
+                         "-" if ref is None else agree_until(ref, d),
+                         "-" if cells.get(n) is None else agree_until(cells[n], d)])
+            if not step.tight:
+                prev = d
+    return rows
+
+
+def cells_table(cells) -> list:
+    return [[n, time_scales(d)["t_rel"], time_scales(d)["t_arr"], float(d["w2_term"][-1])]
+            for n, d in cells.items() if d is not None]
+
+
+def figure(chains, cells, t_handoff: float, fine=None):
+    fig, axes = plt.subplots(len(chains), 2, figsize=(12, 3.8 * len(chains)), squeeze=False)
+    for row, (n, chain) in zip(axes, chains.items(), strict=True):
+        graded = [(s, d) for s, d in chain if d is not None and not s.tight]
+        colours = plt.cm.viridis(np.linspace(0, 0.9, max(1, len(graded))))
+        for (step, d), col in zip(graded, colours, strict=True):
+            after = d["times"] >= t_handoff
+            for ax, key in zip(row, ("w2", "w2_term"), strict=True):
+                ax.plot(d["times"][after], d[key][after], color=col, lw=1, label=step.label)
+        if cells.get(n) is not None:
+            after = cells[n]["times"] >= t_handoff
+            for ax, key in zip(row, ("w2", "w2_term"), strict=True):
+                ax.plot(cells[n]["times"][after], cells[n][key][after], "k--", lw=1.2,
+                        label=f"cells n = {n} run on")
+        if fine is not None:
+            after = fine["times"] >= t_handoff
+            for ax, key in zip(row, ("w2", "w2_term"), strict=True):
+                ax.plot(fine["times"][after], fine[key][after], "r:", lw=1.4,
+                        label=f"cells n = {LATE_CELLS[1]} (late-phase piece)")
+        for ax, what in zip(row, ("W2 to Pi#rho_0", "W2 to the terminal measure"),
+                            strict=True):
+            ax.set_title(f"from the cells' state at n = {n}: {what}", fontsize=9)
+            ax.set_xlabel("t")
+        row[0].legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+INTRO = """Scenario R1 at beta = {beta:g} (docs/theory.md §3.4). The finite volumes at n cells
+a face edge to t = {t0:g}; the mass in the cell rows within {rows:g} rad of the invariant
+circle z = 0 collapsed onto it (its marginal, the z-integral of the cells' reconstruction);
+tokens on the circle, run with the plane's 2 x 2 model to t = {t1:g}. The first rule has {m0}
+uniform intervals; each next one is graded geometrically (ratio {ratio:g}, from {width:g} rad)
+down to d_min on both sides of the dividing points that the previous rule located. 'agrees
+until': the last time both W2 curves (to Pi#rho_0 and to the terminal measure
+m+ delta_v + m- delta_-v) differ by less than {frac:.0%} of min W2. t_rel: the speed ratio
+above 1/2 from then on; t_arr: W2 to the terminal measure below 0.1."""
+
+
+def report(plan: Plan, store: Path, name: str, folder=OUT):
+    chains = {n: run_chain(plan, n, store, compute_missing=False) for n in plan.cells}
+    cells = {n: cells_run_on(n, OUT / "departure_runs", plan.t_end) for n in plan.cells}
+    missing = [s.name for ch in chains.values() for s, d in ch if d is None]
+    fine, coarse = late_cells(LATE_CELLS[1], plan.t_end), late_cells(LATE_CELLS[0], plan.t_end)
+    confirm = []
+    for n, chain in chains.items():
+        graded = [d for s, d in chain if d is not None and not s.tight]
+        if len(graded) >= 2 and fine is not None and coarse is not None:
+            confirm.append(confirmation_row(n, graded[-1], graded[-2], fine, coarse,
+                                            plan.t_handoff, PROBES))
+    text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
+                         ratio=GRADING, width=GRADED_WIDTH, frac=CONVERGED_FRACTION), ""]
+    if missing:
+        text += [f"**Partial:** not computed: {', '.join(missing)}.", ""]
+    text += ["The band at t = 12 (mass of the cells in it; of its marginal, integrated by the "
+             "token rule: the quadrature's check; of the rows nearest z = 0):", "",
+             table(band_table(chains), ["n", "rows a side", "band mass", "marginal mass",
+                                        "within 1 row", "within 2 rows", "within 4 rows"]),
+             "", "The chain of rules (the dividing point near pi/2 it was graded about, and "
+             "the one its tokens located):", "",
+             table(chain_table(chains, cells),
+                   ["n", "rule", "tokens", "graded about", "located", "t_rel", "t_arr",
+                    "W2 to terminal at end", "agrees with the previous rule until",
+                    "agrees with the cells until"]), "",
+             "The cells run on from rho_0 at the same n (departure.py):", "",
+             table(cells_table(cells), ["n", "t_rel", "t_arr", "W2 to terminal at end"]), "",
+             f"The finest rule of each chain against the finest cells (the late-phase study's "
+             f"n = {LATE_CELLS[1]}, errors: the tokens' against the previous rule, the cells' "
+             f"against n = {LATE_CELLS[0]}); the gap is the larger over the two W2 curves, "
+             "the errors' sum in brackets; 'confirmed until': the gap within the sum (or within "
+             f"{CONVERGED_FRACTION:.0%} of min W2) from the handoff on:", "",
+             table(confirm, ["state n", "confirmed until"]
+                   + [f"gap (errors) at t = {p:g}" for p in PROBES])]
+    fig = figure(chains, cells, plan.t_handoff, fine)
+    with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    plt.close(fig)
+    body = "\n".join(text)
+    io.write_text(folder / f"{name}.md", "# The late hold on the invariant circle (scenario "
+                  f"R1)\n\n{body}\n\n![{name}]({name}.png)\n")
+    print(body)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="n = 16, two graded rules (a minute)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="compute nothing: report from the runs saved so far")
+    args = ap.parse_args(argv)
+    plan, name = (QUICK, "invariant_circle_quick") if args.quick else (FULL, "invariant_circle")
+    store = OUT / f"{name}_runs"
+    if not args.report_only:
+        for n in plan.cells:
+            run_chain(plan, n, store)
+    report(plan, store, name)
+
+
+if __name__ == "__main__":
+    main()
