@@ -27,14 +27,14 @@ def table(rows, header) -> str:
     return "\n".join(lines)
 
 
-def publish(name: str, fig, title: str, text: str) -> Path:
-    """Write OUT/name.png and OUT/name.md atomically and echo the table."""
-    OUT.mkdir(parents=True, exist_ok=True)
-    with io.atomic_path(OUT / f"{name}.png", ".png") as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-    io.write_text(OUT / f"{name}.md", f"# {title}\n\n{text}\n\n![{name}]({name}.png)\n")
-    print(f"# {title}\n\n{text}\n\nwritten: {OUT / name}.png, .md", file=sys.stdout)
-    return OUT / f"{name}.md"
+def publish(name: str, fig, title: str, text: str, folder: Path = OUT, dpi: int = 120) -> Path:
+    """Write folder/name.png and folder/name.md atomically and echo the table."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png")
+    io.write_text(folder / f"{name}.md", f"# {title}\n\n{text}\n\n![{name}]({name}.png)\n")
+    print(f"# {title}\n\n{text}\n\nwritten: {folder / name}.png, .md", file=sys.stdout)
+    return folder / f"{name}.md"
 
 
 def run_key(spec: dict) -> str:

@@ -54,12 +54,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import OUT, stored_run, table
+from _common import OUT, publish, stored_run, table
 from late_phase import CONVERGED_FRACTION, DEP_FRACTION, model_for
 from low_temperature import _particle_solver, initial
 
 import spherepde as sp
-from spherepde import io
 
 #: Output spacing.
 STEP = 0.25
@@ -674,13 +673,9 @@ def report(plan, store, name, folder=OUT):
              table(late_rows(groups), ["scenario, β", "run", "window", "speed ratio",
                                             "Gaussian-core ratio"])]
     fig = figure(groups)
-    with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    publish(name, fig, "What holds the cluster after t*, and what releases it (scenario R1)",
+            "\n".join(text), folder, dpi=110)
     plt.close(fig)
-    body = "\n".join(text)
-    io.write_text(folder / f"{name}.md", "# What holds the cluster after t*, and what releases it "
-                  f"(scenario R1)\n\n{body}\n\n![{name}]({name}.png)\n")
-    print(body)
 
 
 def main(argv=None):

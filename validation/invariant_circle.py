@@ -42,7 +42,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import OUT, stored_run, table
+from _common import OUT, publish, stored_run, table
 from departure import (
     CONVERGED_FRACTION,
     E,
@@ -57,7 +57,6 @@ from late_phase import model_for
 from low_temperature import _particle_solver, initial
 
 import spherepde as sp
-from spherepde import io
 
 #: When the cells hand over, the cells' run on from there, and the inverse temperature.
 T_HANDOFF, T_END, BETA = 12.0, 36.0, 256.0
@@ -421,13 +420,9 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(confirm, ["state n", "confirmed until"]
                    + [f"gap (errors) at t = {p:g}" for p in PROBES])]
     fig = figure(chains, cells, plan.t_handoff, fine)
-    with io.atomic_path(folder / f"{name}.png", ".png") as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    publish(name, fig, "The late hold on the invariant circle (scenario R1)", "\n".join(text),
+            folder, dpi=110)
     plt.close(fig)
-    body = "\n".join(text)
-    io.write_text(folder / f"{name}.md", "# The late hold on the invariant circle (scenario "
-                  f"R1)\n\n{body}\n\n![{name}]({name}.png)\n")
-    print(body)
 
 
 def main(argv=None):
