@@ -60,7 +60,8 @@ def test_dividing_points_are_where_the_sides_change_wrap_included():
 
 
 def test_a_tiny_chain_end_to_end(tmp_path):
-    plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0)
+    plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0,
+                   finer_cells=((8, 3.5),))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
                                            "graded to 1e-04, tight tolerances"]
@@ -76,6 +77,11 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     # the same chain again is read back, not recomputed
     again = ic.run_chain(plan, 8, tmp_path, compute_missing=False)
     assert all(d is not None for _, d in again)
+    # the cells at 2n from n's state: the same state at the handoff, to half a coarse cell's
+    # width (the probe puts each cell's mass at its centre; n = 8 cells are 0.19 rad across)
+    fine = ic.finer_cells(8, 3.5, plan, tmp_path)
+    assert len(fine["w2"]) == 3 and int(fine["n"]) == 16
+    assert abs(fine["w2"][0] - d0["w2"][12]) < 1.52 / 8 / 2
     ic.report(plan, tmp_path, "tiny", folder=tmp_path)
     text = (tmp_path / "tiny.md").read_text()
     assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text

@@ -282,10 +282,11 @@ def compute_cells(run: Run) -> dict:
     return _saved(times, rows, math.nan, run.n)
 
 
-def cell_rows(probe, sol, count: int, m_plus):
+def cell_rows(probe, sol, count: int, m_plus, c=E):
     """The probe's rows for the first ``count`` outputs of a finite-volume solution (cell
-    masses at the cell centres); returns (rows, the + centre at the last of them)."""
-    c, rows = E, []
+    masses at the cell centres), the + centre sought from ``c`` on; returns (rows, the
+    + centre at the last of them)."""
+    rows = []
     for i in range(count):
         mu = sol.measure(i)
         c = probe.centre(mu.points, mu.weights, c)

@@ -100,6 +100,9 @@ class Plan:
     m0: int = M0
     t_handoff: float = T_HANDOFF
     t_end: float = T_END
+    #: (n, t_stop): n's state at the handoff also run on by cells at 2n to t_stop, to tell the
+    #: cells' dynamics from one state apart from the state each resolution carries
+    finer_cells: tuple = ()
 
     def chain(self, n: int) -> list[Step]:
         return ([Step(n, 0.0)] + [Step(n, d) for d in self.d_mins]
@@ -107,7 +110,8 @@ class Plan:
 
 
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
-FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8)
+FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
+            finer_cells=((64, 16.0),))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -246,6 +250,41 @@ def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
         if not step.tight:
             dividers = list(d["dividers"])
     return out
+
+
+def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True):
+    """The cells at 2n from n's state at the handoff (its reconstruction integrated over the
+    finer cells by their Gauss rule, total mass kept) to t_stop, probed as the chains are."""
+    def run():
+        model, times, k0, sol, _, c = cells_state(n, plan.t_handoff, plan.t_end)
+        fine = sp.FiniteVolumeSolver(model, 2 * n)
+        pts, area = fine.mesh.cell_quadrature(3)
+        mass = (sol.density(k0, pts.reshape(-1, 3)).reshape(area.shape) * area).sum(axis=1)
+        avg = mass / mass.sum() / fine.mesh.areas
+        ts = times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
+        out = fine.solve(list(avg), ts - plan.t_handoff)
+        rows, _ = cell_rows(Probe(model), out, len(ts), initial().hemisphere_mass(E), c)
+        return _saved(ts, rows, math.nan, 2 * n)
+    spec = {"beta": BETA, "n": n, "to": 2 * n, "t": [plan.t_handoff, t_stop]}
+    return stored_run(store, f"R1_cells_beta={BETA:g}_n={n}_to{2 * n}_t={t_stop:g}", spec,
+                      run if compute_missing else None)
+
+
+def finer_cells_table(plan, store, chains, cells) -> list:
+    """Per output of the finer cells: the larger gap over the two W2 curves between the cells
+    at n, the cells at 2n (both from n's state) and the finest token rule from that state."""
+    rows = []
+    for n, t_stop in plan.finer_cells:
+        fine = finer_cells(n, t_stop, plan, store, compute_missing=False)
+        graded = [d for s, d in chains.get(n, []) if d is not None and not s.tight]
+        if fine is None or cells.get(n) is None or not graded:
+            continue
+        t = fine["times"][::2]
+        tok, coarse, f2 = _on(graded[-1], t), _on(cells[n], t), _on(fine, t)
+        for k, tk in enumerate(t):
+            rows.append([n, float(tk)] + [float(np.abs(a[:, k] - b[:, k]).max())
+                                          for a, b in ((coarse, tok), (f2, tok), (f2, coarse))])
+    return rows
 
 
 # ------------------------------------------------------------------------------- analysis
@@ -418,7 +457,13 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              "the errors' sum in brackets; 'confirmed until': the gap within the sum (or within "
              f"{CONVERGED_FRACTION:.0%} of min W2) from the handoff on:", "",
              table(confirm, ["state n", "confirmed until"]
-                   + [f"gap (errors) at t = {p:g}" for p in PROBES])]
+                   + [f"gap (errors) at t = {p:g}" for p in PROBES]), "",
+             "The cells from one state at two resolutions: n's state at the handoff run on by "
+             "the cells at n and at 2n, against the finest token rule from it (the larger gap "
+             "over the two W2 curves):", "",
+             table(finer_cells_table(plan, store, chains, cells),
+                   ["state n", "t", "cells n vs tokens", "cells 2n vs tokens",
+                    "cells 2n vs cells n"])]
     fig = figure(chains, cells, plan.t_handoff, fine)
     publish(name, fig, "The late hold on the invariant circle (scenario R1)", "\n".join(text),
             folder, dpi=110)
@@ -436,6 +481,8 @@ def main(argv=None):
     if not args.report_only:
         for n in plan.cells:
             run_chain(plan, n, store)
+        for n, t_stop in plan.finer_cells:
+            finer_cells(n, t_stop, plan, store)
     report(plan, store, name)
 
 
