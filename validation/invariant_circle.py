@@ -51,6 +51,7 @@ from departure import (
     _output_times,
     _saved,
     cell_rows,
+    load,
     time_scales,
 )
 from late_phase import model_for
@@ -301,9 +302,7 @@ def agree_until(a: dict, b: dict) -> float:
 
 def cells_run_on(n: int, store: Path, t_end: float):
     """The finite volumes at n run from rho_0 to t_end (saved by departure.py), or None."""
-    import departure
-    return departure.load(store, Run(BETA, n, t_end, solver="finite_volume"),
-                          compute_missing=False)
+    return load(store, Run(BETA, n, t_end, solver="finite_volume"), compute_missing=False)
 
 
 def late_cells(n: int, t_end: float):
@@ -381,8 +380,9 @@ def chain_table(chains, cells) -> list:
 
 
 def cells_table(cells) -> list:
-    return [[n, time_scales(d)["t_rel"], time_scales(d)["t_arr"], float(d["w2_term"][-1])]
-            for n, d in cells.items() if d is not None]
+    scales = {n: time_scales(d) for n, d in cells.items() if d is not None}
+    return [[n, s["t_rel"], s["t_arr"], float(cells[n]["w2_term"][-1])]
+            for n, s in scales.items()]
 
 
 def figure(chains, cells, t_handoff: float, fine=None):
