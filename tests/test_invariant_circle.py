@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import spherepde as sp
 
@@ -61,15 +62,25 @@ def test_dividing_points_are_where_the_sides_change_wrap_included():
 
 def test_a_tiny_chain_end_to_end(tmp_path):
     plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0,
-                   finer_cells=((8, 3.5),))
+                   finer_cells=((8, 3.5),), bulk=((8, 1e-3, (400,)),))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
-                                           "graded to 1e-04, tight tolerances"]
-    (uni, d0), (_, d1), (_, d2), (_, dt) = chain
-    # each graded rule is graded about the points the previous one located
+                                           "graded to 1e-04, tight tolerances",
+                                           "graded to 1e-03, 400 uniform intervals"]
+    (uni, d0), (_, d1), (_, d2), (_, dt), (_, db) = chain
+    # each graded rule is graded about the points the previous one located; a repeat about
+    # those of the rule of its d_min, with only its setting changed
     np.testing.assert_array_equal(d1["dividers_in"], d0["dividers"])
     np.testing.assert_array_equal(d2["dividers_in"], d1["dividers"])
     np.testing.assert_array_equal(dt["dividers_in"], d2["dividers_in"])
+    np.testing.assert_array_equal(db["dividers_in"], d1["dividers_in"])
+    # the bulk doubled, the graded part kept
+    fine, coarse = (ic.graded_edges(m, d1["dividers_in"], 1e-3) for m in (400, 200))
+    assert (int(db["n"]), int(d1["n"])) == (len(fine) - 1, len(coarse) - 1)
+    near = [np.abs((e[:, None] - d1["dividers_in"] + np.pi) % (2 * np.pi) - np.pi).min(axis=1)
+            < ic.GRADED_WIDTH for e in (fine, coarse)]
+    np.testing.assert_array_equal(fine[near[0]], coarse[near[1]])
+    assert abs(float(db["marginal_mass"]) - float(db["band_mass"])) < 0.01
     assert len(d0["dividers"]) == 2   # one dividing point on each side of the circle
     assert abs(float(d0["marginal_mass"]) - float(d0["band_mass"])) < 0.01
     np.testing.assert_array_equal(d0["w2"][:12], d1["w2"][:12])   # the cells before t = 3
@@ -85,3 +96,44 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     ic.report(plan, tmp_path, "tiny", folder=tmp_path)
     text = (tmp_path / "tiny.md").read_text()
     assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text
+
+
+def test_finer_cells_resume_from_their_checkpoint(tmp_path, monkeypatch):
+    plan = ic.Plan(cells=(8,), d_mins=(1e-3,), tight=1e-3, m0=200, t_handoff=3.0, t_end=5.0)
+    whole = ic.finer_cells(8, 4.0, plan, tmp_path / "whole")
+    real, calls = ic._finer_checkpoint, []
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_two(*args):
+        real(*args)
+        calls.append(args[2])
+        if len(calls) == 2:
+            raise Stop
+
+    monkeypatch.setattr(ic, "_finer_checkpoint", stop_after_two)
+    with pytest.raises(Stop):
+        ic.finer_cells(8, 4.0, plan, tmp_path / "cut")
+    cut = ic.finer_reached(8, 4.0, plan, tmp_path / "cut")
+    assert bool(cut["partial"]) and len(cut["w2"]) == 3
+    np.testing.assert_array_equal(cut["w2"], whole["w2"][:3])
+    monkeypatch.setattr(ic, "_finer_checkpoint", real)
+    resumed = ic.finer_cells(8, 4.0, plan, tmp_path / "cut")
+    assert "partial" not in resumed and len(resumed["w2"]) == len(whole["w2"])
+    # the macro step restarts once, at the output resumed from: the step control's tolerance
+    np.testing.assert_allclose(resumed["w2"], whole["w2"], atol=1e-6)
+    np.testing.assert_allclose(resumed["w2_term"], whole["w2_term"], atol=1e-6)
+    assert not list((tmp_path / "cut").glob("*.partial.npz"))
+
+
+def test_first_order_extrapolation_removes_an_error_that_halves():
+    t = np.linspace(12.0, 16.0, 17)
+    limit = {"w2": 0.2 + 0.01 * t, "w2_term": 0.4 - 0.02 * t}
+    err = np.sin(t)
+    coarse = {"times": t, **{k: v + 2 * err for k, v in limit.items()}}
+    fine = {"times": t[::2], **{k: (v + err)[::2] for k, v in limit.items()}}
+    out = ic.extrapolated(fine, coarse)
+    np.testing.assert_array_equal(out["times"], t[::2])
+    for k, v in limit.items():
+        np.testing.assert_allclose(out[k], v[::2], atol=1e-14)

@@ -37,17 +37,21 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import OUT, publish, stored_run, table
+from _common import OUT, publish, run_key, stored_run, table
 from departure import (
+    ARRIVAL_W2,
     CONVERGED_FRACTION,
     E,
     Probe,
     Run,
+    _crossing,
     _output_times,
     _saved,
     cell_rows,
@@ -58,6 +62,7 @@ from late_phase import model_for
 from low_temperature import _particle_solver, initial
 
 import spherepde as sp
+from spherepde import io
 
 #: When the cells hand over, the cells' run on from there, and the inverse temperature.
 T_HANDOFF, T_END, BETA = 12.0, 36.0, 256.0
@@ -72,6 +77,8 @@ WEIGHT_NODES, Z_NODES = 3, 4
 #: The late-phase study's finite-volume pieces the finest rules are checked against (coarse,
 #: fine), and the times at which the report gives the gap.
 LATE_CELLS, PROBES = (64, 128), (14.0, 16.0, 20.0, 24.0, 28.0)
+#: The finer cells' table gives a row every this many time units.
+FINER_EVERY = 2.0
 #: The tighter integration tolerances of the check run (rtol, atol), against the study's.
 TIGHT = (1e-8, 1e-11)
 
@@ -81,16 +88,25 @@ class Step:
     n: int              # cells per cube-face edge
     d_min: float        # 0: the uniform rule
     tight: bool = False  # integrate at TIGHT tolerances
+    m0: int = 0          # uniform intervals, when not the plan's
+
+    @property
+    def repeat(self) -> bool:
+        """A chain rule again with one setting changed (tolerances or bulk intervals),
+        graded about the same dividing points as that rule."""
+        return self.tight or bool(self.m0)
 
     @property
     def name(self) -> str:
         tag = "uniform" if not self.d_min else f"dmin={self.d_min:g}"
-        return f"R1_circle_beta={BETA:g}_n={self.n}_{tag}" + ("_tight" if self.tight else "")
+        return (f"R1_circle_beta={BETA:g}_n={self.n}_{tag}" + ("_tight" if self.tight else "")
+                + (f"_m0={self.m0}" if self.m0 else ""))
 
     @property
     def label(self) -> str:
         rule = "uniform" if not self.d_min else f"graded to {self.d_min:.0e}"
-        return rule + (", tight tolerances" if self.tight else "")
+        return (rule + (", tight tolerances" if self.tight else "")
+                + (f", {self.m0} uniform intervals" if self.m0 else ""))
 
 
 @dataclass(frozen=True)
@@ -104,15 +120,19 @@ class Plan:
     #: (n, t_stop): n's state at the handoff also run on by cells at 2n to t_stop, to tell the
     #: cells' dynamics from one state apart from the state each resolution carries
     finer_cells: tuple = ()
+    #: (n, d_min, m0s): that chain rule again with m0 uniform intervals each, its graded part
+    #: and dividing points kept, to measure the error of the bulk's spacing
+    bulk: tuple = ()
 
     def chain(self, n: int) -> list[Step]:
         return ([Step(n, 0.0)] + [Step(n, d) for d in self.d_mins]
-                + [Step(n, self.tight, tight=True)])
+                + [Step(n, self.tight, tight=True)]
+                + [Step(n, d, m0=m) for k, d, m0s in self.bulk if k == n for m in m0s])
 
 
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
-            finer_cells=((64, 16.0),))
+            finer_cells=((32, 32.0), (64, 32.0)), bulk=((64, 1e-10, (8000, 16000)),))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -206,7 +226,7 @@ def compute(step: Step, dividers, plan: Plan) -> dict:
     rows = list(rows)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
     band = band_rows(step.n)
-    theta, w = circle_tokens(sol, k0, graded_edges(plan.m0, dividers, step.d_min), band)
+    theta, w = circle_tokens(sol, k0, graded_edges(step.m0 or plan.m0, dividers, step.d_min), band)
     plane = sp.Model(K=model.K[:2, :2], V=model.V[:2, :2], beta=BETA)
     solver = (sp.ParticleSolver(plane, kernel="auto", rtol=TIGHT[0], atol=TIGHT[1],
                                 adaptive_kernel=True) if step.tight else _particle_solver(plane))
@@ -230,62 +250,165 @@ def compute(step: Step, dividers, plan: Plan) -> dict:
 
 def spec_of(step: Step, dividers, plan: Plan) -> dict:
     return {"beta": BETA, "n": step.n, "d_min": step.d_min, "tight": step.tight,
-            "m0": plan.m0, "t": [plan.t_handoff, plan.t_end], "rows_angle": ROWS_ANGLE,
+            "m0": step.m0 or plan.m0, "t": [plan.t_handoff, plan.t_end], "rows_angle": ROWS_ANGLE,
             "graded": [GRADED_WIDTH, GRADING], "nodes": [WEIGHT_NODES, Z_NODES],
             "dividers": [round(s, 15) for s in dividers]}
 
 
 def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
     """The chain of rules at resolution n in order, [(step, data or None)]: each graded rule
-    about the dividing points that the previous finished rule located (the tight-tolerance
-    check about those of the rule with its d_min); stops at the first rule not available."""
+    about the dividing points that the previous finished rule located (the repeats, at tight
+    tolerances or another bulk spacing, about those of the rule of their d_min); stops at the
+    first rule not available."""
     out, dividers, located = [], [], {}
     for step in plan.chain(n):
-        use = located.get(step.d_min, dividers) if step.tight else dividers
+        use = located.get(step.d_min, dividers) if step.repeat else dividers
         d = stored_run(store, step.name, spec_of(step, use, plan),
                        (lambda s=step, u=use: compute(s, u, plan)) if compute_missing else None)
         out.append((step, d))
         if d is None:
             break
         located[step.d_min] = list(d["dividers_in"])
-        if not step.tight:
+        if not step.repeat:
             dividers = list(d["dividers"])
     return out
 
 
 def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True):
     """The cells at 2n from n's state at the handoff (its reconstruction integrated over the
-    finer cells by their Gauss rule, total mass kept) to t_stop, probed as the chains are."""
-    def run():
-        model, times, k0, sol, _, c = cells_state(n, plan.t_handoff, plan.t_end)
-        fine = sp.FiniteVolumeSolver(model, 2 * n)
+    finer cells by their Gauss rule, total mass kept) to t_stop, probed as the chains are.
+    One solve over all outputs, checkpointed at each (the rows, the cell averages and the +
+    centre), so that a run longer than a sitting resumes where it stopped (restarting the
+    macro step once there); None when not finished and ``compute_missing`` is false."""
+    path, spec = _finer_path(n, t_stop, plan, store)
+    if path.exists():
+        return io.load_npz(path)
+    if not compute_missing:
+        return None
+    print(f"  running {path.stem} ...", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    partial = path.with_name(path.stem + ".partial.npz")
+    model = model_for("R1", BETA)
+    fine = sp.FiniteVolumeSolver(model, 2 * n)
+    ts = _finer_times(n, t_stop, plan)
+    probe, m_plus = Probe(model), initial().hemisphere_mass(E)
+    saved = _finer_resume(partial, ts)
+    if saved is None:
+        _, _, k0, sol, _, c = cells_state(n, plan.t_handoff, plan.t_end)
         pts, area = fine.mesh.cell_quadrature(3)
         mass = (sol.density(k0, pts.reshape(-1, 3)).reshape(area.shape) * area).sum(axis=1)
-        avg = mass / mass.sum() / fine.mesh.areas
-        ts = times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
-        out = fine.solve(list(avg), ts - plan.t_handoff)
-        rows, _ = cell_rows(Probe(model), out, len(ts), initial().hemisphere_mass(E), c)
-        return _saved(ts, rows, math.nan, 2 * n)
+        saved = {"done": 0, "rows": [], "state": mass / mass.sum() / fine.mesh.areas,
+                 "centre": c, "seconds": 0.0, "cpu_seconds": 0.0}
+    done, rows, box = saved["done"], saved["rows"], {"c": saved["centre"]}
+
+    def reached(i, t, one):
+        if i == 0 and done > 0:   # the resumed state's row is already saved
+            return
+        mu = one.measure(0)
+        box["c"] = probe.centre(mu.points, mu.weights, box["c"])
+        rows.append(probe.record(mu.points, mu.weights, box["c"], m_plus))
+        if i > 0:
+            _finer_checkpoint(partial, ts, done + i, rows, one.coefficients[0] / fine.mesh.areas,
+                              box["c"], saved["seconds"] + time.perf_counter() - t0,
+                              saved["cpu_seconds"] + time.process_time() - c0)
+
+    fine.solve(list(saved["state"]), ts[done:] - plan.t_handoff, on_output=reached)
+    data = _saved(ts, rows, math.nan, 2 * n)
+    data["seconds"] = np.array(saved["seconds"] + time.perf_counter() - t0)
+    data["cpu_seconds"] = np.array(saved["cpu_seconds"] + time.process_time() - c0)
+    io.save_npz(path, meta=spec, **data)
+    partial.unlink(missing_ok=True)
+    print(f"    done in {float(data['seconds']):.0f} s", flush=True)
+    return io.load_npz(path)
+
+
+def _finer_times(n: int, t_stop: float, plan: Plan) -> np.ndarray:
+    """The finer cells' outputs: n's, from the handoff to t_stop."""
+    times = _output_times(Run(BETA, n, plan.t_end))
+    return times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
+
+
+def _finer_path(n: int, t_stop: float, plan: Plan, store: Path):
     spec = {"beta": BETA, "n": n, "to": 2 * n, "t": [plan.t_handoff, t_stop]}
-    return stored_run(store, f"R1_cells_beta={BETA:g}_n={n}_to{2 * n}_t={t_stop:g}", spec,
-                      run if compute_missing else None)
+    name = f"R1_cells_beta={BETA:g}_n={n}_to{2 * n}_t={t_stop:g}"
+    return Path(store) / f"{name}_{run_key(spec)}.npz", spec
+
+
+def _finer_checkpoint(partial, ts, done, rows, state, c, seconds, cpu_seconds):
+    """Save a finer-cells run's progress atomically: the rows of outputs 0..done (column by
+    column), the cell averages and the + centre there, and the time spent."""
+    cols = list(rows[0])
+    io.save_npz(partial, times=ts, done=np.array(done), columns=np.array(cols),
+                rows=np.array([[r[k] for k in cols] for r in rows]), state=state,
+                centre=np.asarray(c), seconds=np.array(seconds),
+                cpu_seconds=np.array(cpu_seconds))
+
+
+def _finer_resume(partial, ts) -> dict | None:
+    """A finer-cells checkpoint for these output times, or None (absent, another run's, or
+    damaged: never trusted, started over)."""
+    if not Path(partial).exists():
+        return None
+    try:
+        saved = io.load_npz(partial)
+        if not np.array_equal(saved["times"], ts):
+            return None
+        cols = [str(k) for k in saved["columns"]]
+        out = {"done": int(saved["done"]), "state": np.asarray(saved["state"]),
+               "rows": [dict(zip(cols, map(float, r), strict=True)) for r in saved["rows"]],
+               "centre": np.asarray(saved["centre"]), "seconds": float(saved["seconds"]),
+               "cpu_seconds": float(saved["cpu_seconds"])}
+    except Exception as exc:  # noqa: BLE001 - a damaged checkpoint is ignored, never trusted
+        print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
+        return None
+    print(f"    resuming at t = {ts[out['done']]:g} ({out['done']}/{len(ts) - 1} outputs, "
+          f"{out['seconds']:.0f} s spent)", flush=True)
+    return out
+
+
+def finer_reached(n: int, t_stop: float, plan: Plan, store: Path):
+    """The finer cells finished, or as far as their checkpoint reached (``partial`` set), or
+    None."""
+    done = finer_cells(n, t_stop, plan, store, compute_missing=False)
+    if done is not None:
+        return done
+    path, _ = _finer_path(n, t_stop, plan, store)
+    ts = _finer_times(n, t_stop, plan)
+    saved = _finer_resume(path.with_name(path.stem + ".partial.npz"), ts)
+    if saved is None:
+        return None
+    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan, 2 * n)
+    out["partial"] = np.array(True)
+    return out
 
 
 def finer_cells_table(plan, store, chains, cells) -> list:
-    """Per output of the finer cells: the larger gap over the two W2 curves between the cells
-    at n, the cells at 2n (both from n's state) and the finest token rule from that state."""
+    """Every FINER_EVERY time units of the finer cells: the larger gap over the two W2 curves
+    between the cells at n, the cells at 2n (both from n's state) and the finest token rule
+    from that state, and that rule's own error (against the rule before it)."""
     rows = []
     for n, t_stop in plan.finer_cells:
-        fine = finer_cells(n, t_stop, plan, store, compute_missing=False)
-        graded = [d for s, d in chains.get(n, []) if d is not None and not s.tight]
-        if fine is None or cells.get(n) is None or not graded:
+        fine = finer_reached(n, t_stop, plan, store)
+        graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
+        if fine is None or cells.get(n) is None or len(graded) < 2:
             continue
-        t = fine["times"][::2]
-        tok, coarse, f2 = _on(graded[-1], t), _on(cells[n], t), _on(fine, t)
+        t = fine["times"][np.isclose((fine["times"] - plan.t_handoff) / FINER_EVERY,
+                                     np.round((fine["times"] - plan.t_handoff) / FINER_EVERY))]
+        tok, prev = _on(graded[-1], t), _on(graded[-2], t)
+        coarse, f2 = _on(cells[n], t), _on(fine, t)
         for k, tk in enumerate(t):
             rows.append([n, float(tk)] + [float(np.abs(a[:, k] - b[:, k]).max())
-                                          for a, b in ((coarse, tok), (f2, tok), (f2, coarse))])
+                                          for a, b in ((coarse, tok), (f2, tok), (f2, coarse),
+                                                       (tok, prev))])
     return rows
+
+
+def joined(before: dict, after: dict, t_handoff: float) -> dict:
+    """A run's W2 curves and probe columns before the handoff followed by another's from it
+    (the finer cells after the cells they started from), as the token rules are."""
+    keep = before["times"] < t_handoff - 1e-9
+    return {k: np.concatenate([np.asarray(before[k])[keep], np.asarray(after[k])])
+            for k in ("times", "w2", "w2_term", "ratio", "share", "tail_mass", "core_ratio")}
 
 
 # ------------------------------------------------------------------------------- analysis
@@ -324,7 +447,7 @@ def _on(d: dict, times) -> np.ndarray:
     return np.array([d["w2"][idx], d["w2_term"][idx]])
 
 
-def confirmation_row(n, tokens, previous, fine, coarse, t_handoff, probes) -> list:
+def confirmation_row(label, tokens, previous, fine, coarse, t_handoff, probes) -> list:
     """The finest rule against the finest cells: the gap (larger of the two W2 curves) at the
     ``probes`` times, each method's error there (tokens: against the previous rule; cells:
     against the coarser cells), and the last time after the handoff up to which the gap stays
@@ -338,8 +461,48 @@ def confirmation_row(n, tokens, previous, fine, coarse, t_handoff, probes) -> li
     bad = np.flatnonzero(gap > np.maximum(err, CONVERGED_FRACTION * float(np.min(tokens["w2"]))))
     until = (float(t[-1]) if not bad.size else float(t[bad[0] - 1]) if bad[0] > 0
              else "not at the handoff")
-    at = [int(np.argmin(np.abs(t - p))) for p in probes]
-    return [n, until] + [f"{gap[k]:.4f} ({err[k]:.4f})" for k in at]
+    at = [int(np.argmin(np.abs(t - p))) if p <= t[-1] + 1e-9 else None for p in probes]
+    return [label, until] + ["-" if k is None else f"{gap[k]:.4f} ({err[k]:.4f})" for k in at]
+
+
+def confirmations(plan, store, chains, cells):
+    """The confirmation table's rows (:func:`confirmation_row`: per chain against the late-phase
+    cells, then against the finer cells from its state and against those cells' first-order
+    extrapolation), the finer cells joined to the cells they started from, and the
+    extrapolations, per n."""
+    fine, coarse = late_cells(LATE_CELLS[1], plan.t_end), late_cells(LATE_CELLS[0], plan.t_end)
+    rows, finer, limits = [], {}, {}
+    for n, chain in chains.items():
+        graded = [d for s, d in chain if d is not None and not s.repeat]
+        if len(graded) >= 2 and fine is not None and coarse is not None:
+            rows.append(confirmation_row(
+                f"n = {n}: cells n = {LATE_CELLS[1]} from rho_0 (vs {LATE_CELLS[0]})",
+                graded[-1], graded[-2], fine, coarse, plan.t_handoff, PROBES))
+    for n, t_stop in plan.finer_cells:
+        run = finer_reached(n, t_stop, plan, store)
+        graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
+        if run is None or cells.get(n) is None:
+            continue
+        finer[n], limits[n] = joined(cells[n], run, plan.t_handoff), extrapolated(run, cells[n])
+        reached = f", reached t = {float(run['times'][-1]):g}" if "partial" in run else ""
+        if len(graded) >= 2:
+            rows.append(confirmation_row(f"n = {n}: cells {2 * n} from its state (vs {n})"
+                                         + reached, graded[-1], graded[-2], run, cells[n],
+                                         plan.t_handoff, PROBES))
+            rows.append(confirmation_row(f"n = {n}: cells {n}, {2 * n} from its state, "
+                                         "extrapolated at first order (bar: the correction)"
+                                         + reached, graded[-1], graded[-2], limits[n], run,
+                                         plan.t_handoff, PROBES))
+    return rows, finer, limits
+
+
+def extrapolated(fine: dict, coarse: dict) -> dict:
+    """The first-order Richardson extrapolation 2 fine - coarse of both W2 curves on the fine
+    run's outputs: the cells' error near a concentrated cluster halves with the cell (their
+    limiter makes them first order there, docs/methods.md), so this removes its leading term,
+    and |extrapolation - fine| = |fine - coarse| is its error bar."""
+    on = 2 * _on(fine, fine["times"]) - _on(coarse, fine["times"])
+    return {"times": np.asarray(fine["times"]), "w2": on[0], "w2_term": on[1]}
 
 
 def band_table(chains) -> list:
@@ -357,17 +520,18 @@ def band_table(chains) -> list:
 def chain_table(chains, cells) -> list:
     """Per rule: tokens, the dividing point it was graded about and the one it located, the
     release and arrival, W2 to the terminal measure at the end, and how long it agrees with
-    the previous rule (the tight check: with the rule of its d_min) and with the cells."""
+    the previous rule (a repeat: with the rule of its d_min, or its previous bulk repeat) and
+    with the cells."""
     rows = []
     for n, chain in chains.items():
-        done = {(s.d_min, s.tight): d for s, d in chain if d is not None}
+        last = {}   # per d_min: its chain rule, then its latest bulk repeat
         prev = None
         for step, d in chain:
             if d is None:
                 rows.append([n, step.label] + ["not computed"] * 8)
                 continue
             ts = time_scales(d)
-            ref = done.get((step.d_min, False)) if step.tight else prev
+            ref = last.get(step.d_min) if step.repeat else prev
             rows.append([n, step.label, int(d["n"]),
                          f"{d['dividers_in'][0]:.9f}" if len(d["dividers_in"]) else "-",
                          f"{d['dividers'][0]:.9f}" if len(d["dividers"]) else "-",
@@ -375,20 +539,35 @@ def chain_table(chains, cells) -> list:
                          "-" if ref is None else agree_until(ref, d),
                          "-" if cells.get(n) is None else agree_until(cells[n], d)])
             if not step.tight:
+                last[step.d_min] = d
+            if not step.repeat:
                 prev = d
     return rows
 
 
-def cells_table(cells) -> list:
-    scales = {n: time_scales(d) for n, d in cells.items() if d is not None}
-    return [[n, s["t_rel"], s["t_arr"], float(cells[n]["w2_term"][-1])]
-            for n, s in scales.items()]
+def cells_table(cells, finer=()) -> list:
+    """Release, arrival and the end value of W2 to the terminal measure of the cells run on
+    from rho_0, and of each (label, run) in ``finer`` (a run without the probe's speed ratio,
+    an extrapolation, has an arrival only)."""
+    runs = [(f"n = {n} from rho_0", d) for n, d in cells.items() if d is not None] + list(finer)
+    rows = []
+    for label, d in runs:
+        if "ratio" in d:
+            ts = time_scales(d)
+            t_rel, t_arr = ts["t_rel"], ts["t_arr"]
+        else:
+            below = np.flatnonzero(d["w2_term"] < ARRIVAL_W2)
+            t_rel = "n/a"
+            t_arr = (_crossing(d["times"], d["w2_term"], ARRIVAL_W2, int(below[0]))
+                     if below.size else math.nan)
+        rows.append([label, t_rel, t_arr, float(d["times"][-1]), float(d["w2_term"][-1])])
+    return rows
 
 
-def figure(chains, cells, t_handoff: float, fine=None):
+def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None):
     fig, axes = plt.subplots(len(chains), 2, figsize=(12, 3.8 * len(chains)), squeeze=False)
     for row, (n, chain) in zip(axes, chains.items(), strict=True):
-        graded = [(s, d) for s, d in chain if d is not None and not s.tight]
+        graded = [(s, d) for s, d in chain if d is not None and not s.repeat]
         colours = plt.cm.viridis(np.linspace(0, 0.9, max(1, len(graded))))
         for (step, d), col in zip(graded, colours, strict=True):
             after = d["times"] >= t_handoff
@@ -404,6 +583,15 @@ def figure(chains, cells, t_handoff: float, fine=None):
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
                 ax.plot(fine["times"][after], fine[key][after], "r:", lw=1.4,
                         label=f"cells n = {LATE_CELLS[1]} (late-phase piece)")
+        if (finer or {}).get(n) is not None:
+            after = finer[n]["times"] >= t_handoff
+            for ax, key in zip(row, ("w2", "w2_term"), strict=True):
+                ax.plot(finer[n]["times"][after], finer[n][key][after], "m-.", lw=1.4,
+                        label=f"cells n = {2 * n} from this state")
+        if (limits or {}).get(n) is not None:
+            for ax, key in zip(row, ("w2", "w2_term"), strict=True):
+                ax.plot(limits[n]["times"], limits[n][key], color="orange", ls=":", lw=1.6,
+                        label=f"cells n = {n}, {2 * n} from this state, extrapolated")
         for ax, what in zip(row, ("W2 to Pi#rho_0", "W2 to the terminal measure"),
                             strict=True):
             ax.set_title(f"from the cells' state at n = {n}: {what}", fontsize=9)
@@ -428,13 +616,8 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
     chains = {n: run_chain(plan, n, store, compute_missing=False) for n in plan.cells}
     cells = {n: cells_run_on(n, OUT / "departure_runs", plan.t_end) for n in plan.cells}
     missing = [s.name for ch in chains.values() for s, d in ch if d is None]
-    fine, coarse = late_cells(LATE_CELLS[1], plan.t_end), late_cells(LATE_CELLS[0], plan.t_end)
-    confirm = []
-    for n, chain in chains.items():
-        graded = [d for s, d in chain if d is not None and not s.tight]
-        if len(graded) >= 2 and fine is not None and coarse is not None:
-            confirm.append(confirmation_row(n, graded[-1], graded[-2], fine, coarse,
-                                            plan.t_handoff, PROBES))
+    fine = late_cells(LATE_CELLS[1], plan.t_end)
+    confirm, finer, limits = confirmations(plan, store, chains, cells)
     text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
                          ratio=GRADING, width=GRADED_WIDTH, frac=CONVERGED_FRACTION), ""]
     if missing:
@@ -450,21 +633,28 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                     "W2 to terminal at end", "agrees with the previous rule until",
                     "agrees with the cells until"]), "",
              "The cells run on from rho_0 at the same n (departure.py):", "",
-             table(cells_table(cells), ["n", "t_rel", "t_arr", "W2 to terminal at end"]), "",
-             f"The finest rule of each chain against the finest cells (the late-phase study's "
-             f"n = {LATE_CELLS[1]}, errors: the tokens' against the previous rule, the cells' "
-             f"against n = {LATE_CELLS[0]}); the gap is the larger over the two W2 curves, "
-             "the errors' sum in brackets; 'confirmed until': the gap within the sum (or within "
+             table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
+                                        d) for n, d in finer.items()]
+                               + [(f"n = {n}'s state: n and 2n extrapolated at first order", d)
+                                  for n, d in limits.items()]),
+                   ["cells", "t_rel", "t_arr", "reached t", "W2 to terminal at end"]), "",
+             "The finest rule of each chain (tokens from n's state) against cells, two ways: "
+             f"the late-phase study's n = {LATE_CELLS[1]} from rho_0 (its error: against "
+             f"n = {LATE_CELLS[0]}), and the cells at 2n from the same state as the tokens (its "
+             "error: against the cells at n, which carry that state); the tokens' error: against "
+             "the previous rule. The gap is the larger over the two W2 curves, the errors' sum "
+             "in brackets; 'confirmed until': the gap within the sum (or within "
              f"{CONVERGED_FRACTION:.0%} of min W2) from the handoff on:", "",
-             table(confirm, ["state n", "confirmed until"]
+             table(confirm, ["tokens from n's state, against", "confirmed until"]
                    + [f"gap (errors) at t = {p:g}" for p in PROBES]), "",
-             "The cells from one state at two resolutions: n's state at the handoff run on by "
-             "the cells at n and at 2n, against the finest token rule from it (the larger gap "
-             "over the two W2 curves):", "",
+             "The cells from one state at two resolutions, every "
+             f"{FINER_EVERY:g} time units: n's state at the handoff run on by the cells at n and "
+             "at 2n, against the finest token rule from it (the larger gap over the two W2 "
+             "curves), and that rule's own error:", "",
              table(finer_cells_table(plan, store, chains, cells),
                    ["state n", "t", "cells n vs tokens", "cells 2n vs tokens",
-                    "cells 2n vs cells n"])]
-    fig = figure(chains, cells, plan.t_handoff, fine)
+                    "cells 2n vs cells n", "tokens vs previous rule"])]
+    fig = figure(chains, cells, plan.t_handoff, fine, finer, limits)
     publish(name, fig, "The late hold on the invariant circle (scenario R1)", "\n".join(text),
             folder, dpi=110)
     plt.close(fig)
