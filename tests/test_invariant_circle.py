@@ -62,22 +62,23 @@ def test_dividing_points_are_where_the_sides_change_wrap_included():
 
 def test_a_tiny_chain_end_to_end(tmp_path):
     plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0,
-                   finer_cells=((8, 3.5),), bulk=((8, 1e-3, (400,)),))
+                   finer_cells=((8, 3.5),), bulk=((8, (400,)),), bulk_d_mins=(1e-4,))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
                                            "graded to 1e-04, tight tolerances",
-                                           "graded to 1e-03, 400 uniform intervals"]
+                                           "graded to 1e-04, 400 uniform intervals"]
     (uni, d0), (_, d1), (_, d2), (_, dt), (_, db) = chain
-    # each graded rule is graded about the points the previous one located; a repeat about
-    # those of the rule of its d_min, with only its setting changed
+    # each graded rule is graded about the points the previous one located; the tight repeat
+    # about those of the rule of its d_min; a bulk chain starts from the main chain's rule
+    # before its first d_min
     np.testing.assert_array_equal(d1["dividers_in"], d0["dividers"])
     np.testing.assert_array_equal(d2["dividers_in"], d1["dividers"])
     np.testing.assert_array_equal(dt["dividers_in"], d2["dividers_in"])
-    np.testing.assert_array_equal(db["dividers_in"], d1["dividers_in"])
+    np.testing.assert_array_equal(db["dividers_in"], d1["dividers"])
     # the bulk doubled, the graded part kept
-    fine, coarse = (ic.graded_edges(m, d1["dividers_in"], 1e-3) for m in (400, 200))
-    assert (int(db["n"]), int(d1["n"])) == (len(fine) - 1, len(coarse) - 1)
-    near = [np.abs((e[:, None] - d1["dividers_in"] + np.pi) % (2 * np.pi) - np.pi).min(axis=1)
+    fine, coarse = (ic.graded_edges(m, d1["dividers"], 1e-4) for m in (400, 200))
+    assert (int(db["n"]), int(d2["n"])) == (len(fine) - 1, len(coarse) - 1)
+    near = [np.abs((e[:, None] - d1["dividers"] + np.pi) % (2 * np.pi) - np.pi).min(axis=1)
             < ic.GRADED_WIDTH for e in (fine, coarse)]
     np.testing.assert_array_equal(fine[near[0]], coarse[near[1]])
     assert abs(float(db["marginal_mass"]) - float(db["band_mass"])) < 0.01
@@ -96,6 +97,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     ic.report(plan, tmp_path, "tiny", folder=tmp_path)
     text = (tmp_path / "tiny.md").read_text()
     assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text
+    assert "| 8 | 1e-04 | 400 vs 200 |" in text   # the bulk table
 
 
 def test_finer_cells_resume_from_their_checkpoint(tmp_path, monkeypatch):

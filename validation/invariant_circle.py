@@ -92,8 +92,8 @@ class Step:
 
     @property
     def repeat(self) -> bool:
-        """A chain rule again with one setting changed (tolerances or bulk intervals),
-        graded about the same dividing points as that rule."""
+        """Not a rule of the main chain: the tight-tolerance repeat, or a rule of a bulk
+        chain (another number of uniform intervals)."""
         return self.tight or bool(self.m0)
 
     @property
@@ -120,19 +120,34 @@ class Plan:
     #: (n, t_stop): n's state at the handoff also run on by cells at 2n to t_stop, to tell the
     #: cells' dynamics from one state apart from the state each resolution carries
     finer_cells: tuple = ()
-    #: (n, d_min, m0s): that chain rule again with m0 uniform intervals each, its graded part
-    #: and dividing points kept, to measure the error of the bulk's spacing
+    #: (n, m0s): per m0, a chain of rules with m0 uniform intervals over bulk_d_mins, seeded
+    #: by the point the main chain's rule before bulk_d_mins[0] located, each next rule graded
+    #: about the point the one before it located: the bulk's spacing moves the dividing point
+    #: itself (by about 1e-6 rad from 4000 to 8000 intervals), so a rule graded about another
+    #: bulk's point misses it and releases early
     bulk: tuple = ()
+    bulk_d_mins: tuple = ()
 
-    def chain(self, n: int) -> list[Step]:
-        return ([Step(n, 0.0)] + [Step(n, d) for d in self.d_mins]
-                + [Step(n, self.tight, tight=True)]
-                + [Step(n, d, m0=m) for k, d, m0s in self.bulk if k == n for m in m0s])
+    def chain(self, n: int) -> list[tuple]:
+        """[(step, the step whose dividing points it is graded about or None, "located" or
+        "graded": that step's located points or the ones it was graded about)] in run order."""
+        main = [Step(n, 0.0)] + [Step(n, d) for d in self.d_mins]
+        out = [(s, main[k - 1] if k else None, "located") for k, s in enumerate(main)]
+        out.append((Step(n, self.tight, tight=True), Step(n, self.tight), "graded"))
+        for k, m0s in self.bulk:
+            if k != n:
+                continue
+            seed = Step(n, self.d_mins[self.d_mins.index(self.bulk_d_mins[0]) - 1])
+            for m in m0s:
+                rules = [Step(n, d, m0=m) for d in self.bulk_d_mins]
+                out += [(s, rules[j - 1] if j else seed, "located") for j, s in enumerate(rules)]
+        return out
 
 
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
-            finer_cells=((32, 32.0), (64, 32.0)), bulk=((64, 1e-10, (8000, 16000)),))
+            finer_cells=((32, 32.0), (64, 32.0)), bulk=((64, (8000, 16000)),),
+            bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -256,21 +271,19 @@ def spec_of(step: Step, dividers, plan: Plan) -> dict:
 
 
 def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
-    """The chain of rules at resolution n in order, [(step, data or None)]: each graded rule
-    about the dividing points that the previous finished rule located (the repeats, at tight
-    tolerances or another bulk spacing, about those of the rule of their d_min); stops at the
-    first rule not available."""
-    out, dividers, located = [], [], {}
-    for step in plan.chain(n):
-        use = located.get(step.d_min, dividers) if step.repeat else dividers
+    """The rules at resolution n in order (:meth:`Plan.chain`), [(step, data or None)]: each
+    graded about the dividing points of the rule it follows; stops at the first rule not
+    available."""
+    out, done = [], {}
+    for step, parent, which in plan.chain(n):
+        use = [] if parent is None else list(
+            done[parent]["dividers" if which == "located" else "dividers_in"])
         d = stored_run(store, step.name, spec_of(step, use, plan),
                        (lambda s=step, u=use: compute(s, u, plan)) if compute_missing else None)
         out.append((step, d))
         if d is None:
             break
-        located[step.d_min] = list(d["dividers_in"])
-        if not step.repeat:
-            dividers = list(d["dividers"])
+        done[step] = d
     return out
 
 
@@ -517,31 +530,48 @@ def band_table(chains) -> list:
     return rows
 
 
-def chain_table(chains, cells) -> list:
+def chain_table(plan: Plan, chains, cells) -> list:
     """Per rule: tokens, the dividing point it was graded about and the one it located, the
     release and arrival, W2 to the terminal measure at the end, and how long it agrees with
-    the previous rule (a repeat: with the rule of its d_min, or its previous bulk repeat) and
-    with the cells."""
+    the rule it follows (the tight repeat: with the rule of its d_min) and with the cells."""
     rows = []
     for n, chain in chains.items():
-        last = {}   # per d_min: its chain rule, then its latest bulk repeat
-        prev = None
+        done = dict(chain)
+        parents = {s: p for s, p, _ in plan.chain(n)}
         for step, d in chain:
             if d is None:
                 rows.append([n, step.label] + ["not computed"] * 8)
                 continue
             ts = time_scales(d)
-            ref = last.get(step.d_min) if step.repeat else prev
+            ref = done.get(parents[step])
             rows.append([n, step.label, int(d["n"]),
                          f"{d['dividers_in'][0]:.9f}" if len(d["dividers_in"]) else "-",
                          f"{d['dividers'][0]:.9f}" if len(d["dividers"]) else "-",
                          ts["t_rel"], ts["t_arr"], float(d["w2_term"][-1]),
                          "-" if ref is None else agree_until(ref, d),
                          "-" if cells.get(n) is None else agree_until(cells[n], d)])
-            if not step.tight:
-                last[step.d_min] = d
-            if not step.repeat:
-                prev = d
+    return rows
+
+
+def bulk_table(plan: Plan, chains, t_handoff: float) -> list:
+    """Per bulk rule: against the rule of the same d_min with the next fewer uniform intervals
+    (the main chain's, then the previous bulk's), the largest differences of the two W2 curves
+    after the handoff and how long they agree."""
+    rows = []
+    for n, m0s in plan.bulk:
+        done = dict(chains.get(n, []))
+        for before, m0 in zip((plan.m0, *m0s[:-1]), m0s, strict=True):
+            for d_min in plan.bulk_d_mins:
+                a = done.get(Step(n, d_min, m0=before if before != plan.m0 else 0))
+                b = done.get(Step(n, d_min, m0=m0))
+                if a is None or b is None:
+                    continue
+                after = a["times"] >= t_handoff - 1e-9
+                ts = time_scales(b)
+                rows.append([n, f"{d_min:.0e}", f"{m0} vs {before}", ts["t_rel"], ts["t_arr"],
+                             float(np.abs(a["w2"] - b["w2"])[after].max()),
+                             float(np.abs(a["w2_term"] - b["w2_term"])[after].max()),
+                             agree_until(a, b)])
     return rows
 
 
@@ -628,10 +658,15 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                                         "within 1 row", "within 2 rows", "within 4 rows"]),
              "", "The chain of rules (the dividing point near pi/2 it was graded about, and "
              "the one its tokens located):", "",
-             table(chain_table(chains, cells),
+             table(chain_table(plan, chains, cells),
                    ["n", "rule", "tokens", "graded about", "located", "t_rel", "t_arr",
                     "W2 to terminal at end", "agrees with the previous rule until",
                     "agrees with the cells until"]), "",
+             "The bulk's spacing: each bulk chain's rules against the rules of the same d_min "
+             "with fewer uniform intervals (largest differences after the handoff):", "",
+             table(bulk_table(plan, chains, plan.t_handoff),
+                   ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
+                    "max |dW2| to terminal", "agree until"]), "",
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
                                         d) for n, d in finer.items()]
