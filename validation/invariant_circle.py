@@ -23,14 +23,19 @@ Per cell resolution n (the finite volumes' state at t = 12):
   run's, located where the tokens' sides at t_end change (to the previous d_min);
 - every rule's tokens run with the 2 x 2 model (K, V restricted to the plane) from t = 12 to
   36 and are probed as in ``departure.py`` (W2 to Pi#rho_0, to the terminal measure, the
-  speed ratio), and one rule again at tighter integration tolerances.
+  speed ratio), and one rule again at tighter integration tolerances;
+- chains at 2 and 4 times the uniform intervals (the bulk's spacing), each locating its own
+  dividing point;
+- the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
+  resumable), and the first-order extrapolation of the cells at n and 2n.
 
 The report states, per n, how long consecutive rules agree (the curve is converged up to
-there), the release and arrival times, and the comparison with the cells run on.
+there), the release and arrival times, and the comparison with the cells: from rho_0, and
+from the tokens' own state at two resolutions.
 
 Run:
     .venv/bin/python validation/invariant_circle.py --quick  # about a minute on one core
-    .venv/bin/python validation/invariant_circle.py          # about an hour on one core
+    .venv/bin/python validation/invariant_circle.py          # hours on one core (resumable)
 """
 from __future__ import annotations
 
