@@ -64,7 +64,7 @@ from departure import (
     time_scales,
 )
 from late_phase import model_for
-from low_temperature import _particle_solver, initial
+from low_temperature import _particle_solver, cached_piece, initial
 
 import spherepde as sp
 from spherepde import io
@@ -299,13 +299,13 @@ def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=
     centre), so that a run longer than a sitting resumes where it stopped (restarting the
     macro step once there); None when not finished and ``compute_missing`` is false."""
     path, spec = _finer_path(n, t_stop, plan, store)
-    if path.exists():
-        return io.load_npz(path)
-    if not compute_missing:
-        return None
-    print(f"  running {path.stem} ...", flush=True)
+    return cached_piece(path, spec, lambda partial: _run_finer(n, t_stop, plan, partial),
+                        path.stem, compute=compute_missing)
+
+
+def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path) -> dict:
+    """:func:`finer_cells`' run, from its checkpoint ``partial`` when there is one."""
     t0, c0 = time.perf_counter(), time.process_time()
-    partial = path.with_name(path.stem + ".partial.npz")
     model = model_for("R1", BETA)
     fine = sp.FiniteVolumeSolver(model, 2 * n)
     ts = _finer_times(n, t_stop, plan)
@@ -331,13 +331,9 @@ def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=
                               saved["cpu_seconds"] + time.process_time() - c0)
 
     fine.solve(list(saved["state"]), ts[done:] - plan.t_handoff, on_output=reached)
-    data = _saved(ts, rows, math.nan, 2 * n)
-    data["seconds"] = np.array(saved["seconds"] + time.perf_counter() - t0)
-    data["cpu_seconds"] = np.array(saved["cpu_seconds"] + time.process_time() - c0)
-    io.save_npz(path, meta=spec, **data)
-    partial.unlink(missing_ok=True)
-    print(f"    done in {float(data['seconds']):.0f} s", flush=True)
-    return io.load_npz(path)
+    # the earlier sittings' time; cached_piece's save adds this one's
+    return {**_saved(ts, rows, math.nan, 2 * n), "resumed_seconds": saved["seconds"],
+            "resumed_cpu_seconds": saved["cpu_seconds"]}
 
 
 def _finer_times(n: int, t_stop: float, plan: Plan) -> np.ndarray:
@@ -400,13 +396,12 @@ def finer_reached(n: int, t_stop: float, plan: Plan, store: Path):
     return out
 
 
-def finer_cells_table(plan, store, chains, cells) -> list:
+def finer_cells_table(plan, runs, chains, cells) -> list:
     """Every FINER_EVERY time units of the finer cells: the larger gap over the two W2 curves
     between the cells at n, the cells at 2n (both from n's state) and the finest token rule
     from that state, and that rule's own error (against the rule before it)."""
     rows = []
-    for n, t_stop in plan.finer_cells:
-        fine = finer_reached(n, t_stop, plan, store)
+    for n, fine in runs.items():
         graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
         if fine is None or cells.get(n) is None or len(graded) < 2:
             continue
@@ -483,12 +478,12 @@ def confirmation_row(label, tokens, previous, fine, coarse, t_handoff, probes) -
     return [label, until] + ["-" if k is None else f"{gap[k]:.4f} ({err[k]:.4f})" for k in at]
 
 
-def confirmations(plan, store, chains, cells):
+def confirmations(plan, runs, chains, cells, fine, coarse):
     """The confirmation table's rows (:func:`confirmation_row`: per chain against the late-phase
     cells, then against the finer cells from its state and against those cells' first-order
     extrapolation), the finer cells joined to the cells they started from, and the
-    extrapolations, per n."""
-    fine, coarse = late_cells(LATE_CELLS[1], plan.t_end), late_cells(LATE_CELLS[0], plan.t_end)
+    extrapolations, per n (``runs``: the finer cells as far as they reached, per n; fine,
+    coarse: the late-phase pieces)."""
     rows, finer, limits = [], {}, {}
     for n, chain in chains.items():
         graded = [d for s, d in chain if d is not None and not s.repeat]
@@ -496,8 +491,7 @@ def confirmations(plan, store, chains, cells):
             rows.append(confirmation_row(
                 f"n = {n}: cells n = {LATE_CELLS[1]} from rho_0 (vs {LATE_CELLS[0]})",
                 graded[-1], graded[-2], fine, coarse, plan.t_handoff, PROBES))
-    for n, t_stop in plan.finer_cells:
-        run = finer_reached(n, t_stop, plan, store)
+    for n, run in runs.items():
         graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
         if run is None or cells.get(n) is None:
             continue
@@ -651,8 +645,9 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
     chains = {n: run_chain(plan, n, store, compute_missing=False) for n in plan.cells}
     cells = {n: cells_run_on(n, OUT / "departure_runs", plan.t_end) for n in plan.cells}
     missing = [s.name for ch in chains.values() for s, d in ch if d is None]
-    fine = late_cells(LATE_CELLS[1], plan.t_end)
-    confirm, finer, limits = confirmations(plan, store, chains, cells)
+    fine, coarse = late_cells(LATE_CELLS[1], plan.t_end), late_cells(LATE_CELLS[0], plan.t_end)
+    runs = {n: finer_reached(n, t_stop, plan, store) for n, t_stop in plan.finer_cells}
+    confirm, finer, limits = confirmations(plan, runs, chains, cells, fine, coarse)
     text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
                          ratio=GRADING, width=GRADED_WIDTH, frac=CONVERGED_FRACTION), ""]
     if missing:
@@ -691,7 +686,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              f"{FINER_EVERY:g} time units: n's state at the handoff run on by the cells at n and "
              "at 2n, against the finest token rule from it (the larger gap over the two W2 "
              "curves), and that rule's own error:", "",
-             table(finer_cells_table(plan, store, chains, cells),
+             table(finer_cells_table(plan, runs, chains, cells),
                    ["state n", "t", "cells n vs tokens", "cells 2n vs tokens",
                     "cells 2n vs cells n", "tokens vs previous rule"])]
     fig = figure(chains, cells, plan.t_handoff, fine, finer, limits)
