@@ -10,6 +10,7 @@ import pytest
 import spherepde as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))
+import departure  # noqa: E402
 import invariant_circle as ic  # noqa: E402
 import late_phase as lp  # noqa: E402
 
@@ -26,9 +27,17 @@ def test_marginal_of_the_uniform_density_over_whole_equatorial_panels():
     np.testing.assert_allclose(ic.marginal(sol, 0, theta, n // 2), exact, rtol=1e-12)
     # and the band of r rows: the mass of its cells, integrated by a token rule
     for rows in (1, 2, 4):
-        _, w = ic.circle_tokens(sol, 0, ic.graded_edges(400, [], 0.0), rows)
+        theta, w = ic.circle_tokens(sol, 0, ic.graded_edges(400, [], 0.0), rows)
         band = sol.masses[0][ic.band_cells(n, rows)].sum() / sol.masses[0].sum()
         assert abs(w.sum() - band) < 1e-9
+        # in 3D: each interval's q nodes across the band carry its mass on the circle, at
+        # heights within the band, symmetric about z = 0 for this density
+        for q in (1, 2, 3):
+            at, z, m = ic.band_tokens(sol, 0, ic.graded_edges(400, [], 0.0), rows, q)
+            np.testing.assert_array_equal(at, theta)
+            np.testing.assert_allclose(m.sum(axis=1), w, rtol=1e-12)
+            assert np.all(np.abs(z) < rows * math.pi / 2 / n)
+            np.testing.assert_allclose(z, -z[:, ::-1], atol=1e-12)
 
 
 def test_graded_edges_cover_the_circle_and_shrink_toward_the_dividing_points():
@@ -62,12 +71,31 @@ def test_dividing_points_are_where_the_sides_change_wrap_included():
 
 def test_a_tiny_chain_end_to_end(tmp_path):
     plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0,
-                   finer_cells=((8, 3.5),), bulk=((8, (400,)),), bulk_d_mins=(1e-4,))
+                   finer_cells=((8, 3.5),), stepping_cells=((8, 3.5, 1e-4),),
+                   bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
+                   levels=((8, (2,)),), levels_d_mins=(1e-3,), sphere=((8, (2,)),),
+                   sphere_d_mins=(1e-3,))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
                                            "graded to 1e-04, tight tolerances",
-                                           "graded to 1e-04, 400 uniform intervals"]
-    (uni, d0), (_, d1), (_, d2), (_, dt), (_, db) = chain
+                                           "graded to 1e-04, 400 uniform intervals",
+                                           "uniform, 3D: 2 across the band",
+                                           "graded to 1e-03, 3D: 2 across the band",
+                                           "graded to 1e-03, 3D: 2 across the band, and the "
+                                           "cells off it"]
+    (uni, d0), (_, d1), (_, d2), (_, dt), (_, db), (_, u3), (_, g3), (_, gs) = chain
+    # the 3D rules: each level locates its own dividing points, the next rule is graded
+    # about them level by level, and the band's mass is carried whole
+    assert u3["dividers"].shape == (4, 2) and set(u3["dividers"][:, 0]) == {0.0, 1.0}
+    np.testing.assert_array_equal(g3["dividers_in"], u3["dividers"])
+    assert int(u3["n"]) == 2 * 200 and abs(float(g3["marginal_mass"])
+                                          - float(g3["band_mass"])) < 0.01
+    np.testing.assert_array_equal(u3["w2"][:12], d0["w2"][:12])
+    # with the cells off the band: a token each, on top of the same band's tokens
+    # (seeded by the band's own 3D chain)
+    rows = ic.band_rows(8)
+    assert int(gs["n"]) == int(g3["n"]) + 6 * 64 - len(ic.band_cells(8, rows))
+    np.testing.assert_array_equal(gs["dividers_in"], u3["dividers"])
     # each graded rule is graded about the points the previous one located; the tight repeat
     # about those of the rule of its d_min; a bulk chain starts from the main chain's rule
     # before its first d_min
@@ -94,10 +122,23 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     fine = ic.finer_cells(8, 3.5, plan, tmp_path)
     assert len(fine["w2"]) == 3 and int(fine["n"]) == 16
     assert abs(fine["w2"][0] - d0["w2"][12]) < 1.52 / 8 / 2
+    # n's state on the same cells with a tighter multirate tolerance: the state itself
+    tight = ic.finer_cells(8, 3.5, plan, tmp_path, macro_tol=1e-4)
+    state = ic.cells_state(8, plan.t_handoff, plan.t_end, tmp_path)[3].measure(0)
+    w2 = departure.w2_two_antipodal(state.points, state.weights, departure.E,
+                                    ic.initial().hemisphere_mass(departure.E))
+    assert int(tight["n"]) == 8 and math.isclose(tight["w2"][0], w2, rel_tol=1e-12)
     ic.report(plan, tmp_path, "tiny", folder=tmp_path)
     text = (tmp_path / "tiny.md").read_text()
     assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text
     assert "| 8 | 1e-04 | 400 vs 200 |" in text   # the bulk table
+    assert "| 8 | 1e-03 | 3D, 2 across, vs circle |" in text   # the 3D table
+    # the stepping table, against stand-in cells 0.01 off the tighter run
+    shifted = {k: np.asarray(tight[k]) + (0.01 if k.startswith("w2") else 0.0)
+               for k in ("times", "w2", "w2_term")}
+    rows = ic.stepping_table(plan, {(8, 1e-4): tight}, {8: chain}, {8: shifted})
+    assert [r[2] for r in rows] == [3.0] and math.isclose(rows[0][3], 0.01, rel_tol=1e-9)
+    assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
 
 
 def test_finer_cells_resume_from_their_checkpoint(tmp_path, monkeypatch):
@@ -139,3 +180,23 @@ def test_first_order_extrapolation_removes_an_error_that_halves():
     np.testing.assert_array_equal(out["times"], t[::2])
     for k, v in limit.items():
         np.testing.assert_allclose(out[k], v[::2], atol=1e-14)
+
+
+def test_gauss_rule_integrates_the_measure_to_degree_2q_minus_1():
+    rng = np.random.default_rng(3)
+    z, m = rng.uniform(-0.02, 0.03, (5, 40)), rng.uniform(0.0, 1.0, (5, 40))
+    m[0, 3:] = 0.0   # three points carry all the mass: q = 3 is exact, q = 4 falls back
+    for q in (1, 2, 3, 4):
+        nodes, weights = ic.gauss_rule(z, m, q)
+        assert np.all(np.diff(nodes, axis=1) >= 0) and np.all(weights >= 0)
+        np.testing.assert_allclose(weights.sum(axis=1), m.sum(axis=1), rtol=1e-12)
+        for k in range(2 * q):
+            exact = (m * z ** k).sum(axis=1)
+            got = (weights * nodes ** k).sum(axis=1)
+            check = slice(0, 5) if q <= 3 else slice(1, 5)
+            np.testing.assert_allclose(got[check], exact[check], rtol=1e-8,
+                                       atol=1e-14 * 0.03 ** k)
+    # fewer points with mass than nodes: the mean, the mass shared
+    nodes, weights = ic.gauss_rule(z[:1], m[:1], 4)
+    np.testing.assert_allclose(nodes, (m[0] @ z[0]) / m[0].sum())
+    np.testing.assert_allclose(weights, m[0].sum() / 4)

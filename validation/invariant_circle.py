@@ -26,6 +26,12 @@ Per cell resolution n (the finite volumes' state at t = 12):
   speed ratio), and one rule again at tighter integration tolerances;
 - chains at 2 and 4 times the uniform intervals (the bulk's spacing), each locating its own
   dividing point;
+- chains off the circle, in 3D with the model itself: each interval carries q tokens at the
+  nodes of the Gauss rule in z of the band's mass over it, each level graded about its own
+  dividing points (they lie 1e-2 rad apart across the band), for q = 2 and 3, and for q = 2
+  with the cells off the band as tokens too: near the dividing points the tail is not thin
+  in z (a third of the band's mass there lies beyond 0.05 rad of the circle) and the band
+  leaves out a fifth as much again;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
   resumable), and the first-order extrapolation of the cells at n and 2n.
 
@@ -94,24 +100,29 @@ class Step:
     d_min: float        # 0: the uniform rule
     tight: bool = False  # integrate at TIGHT tolerances
     m0: int = 0          # uniform intervals, when not the plan's
+    levels: int = 0      # 0: on the circle; q: in 3D, q tokens across the band per interval
+    sphere: bool = False  # in 3D, the cells off the band too, a token each
 
     @property
     def repeat(self) -> bool:
-        """Not a rule of the main chain: the tight-tolerance repeat, or a rule of a bulk
-        chain (another number of uniform intervals)."""
-        return self.tight or bool(self.m0)
+        """Not a rule of the main chain: the tight-tolerance repeat, a rule of a bulk chain
+        (another number of uniform intervals) or of a 3D chain."""
+        return self.tight or bool(self.m0) or bool(self.levels)
 
     @property
     def name(self) -> str:
         tag = "uniform" if not self.d_min else f"dmin={self.d_min:g}"
         return (f"R1_circle_beta={BETA:g}_n={self.n}_{tag}" + ("_tight" if self.tight else "")
-                + (f"_m0={self.m0}" if self.m0 else ""))
+                + (f"_m0={self.m0}" if self.m0 else "")
+                + (f"_z{self.levels}" if self.levels else "") + ("_sphere" if self.sphere else ""))
 
     @property
     def label(self) -> str:
         rule = "uniform" if not self.d_min else f"graded to {self.d_min:.0e}"
         return (rule + (", tight tolerances" if self.tight else "")
-                + (f", {self.m0} uniform intervals" if self.m0 else ""))
+                + (f", {self.m0} uniform intervals" if self.m0 else "")
+                + (f", 3D: {self.levels} across the band" if self.levels else "")
+                + (", and the cells off it" if self.sphere else ""))
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,9 @@ class Plan:
     #: (n, t_stop): n's state at the handoff also run on by cells at 2n to t_stop, to tell the
     #: cells' dynamics from one state apart from the state each resolution carries
     finer_cells: tuple = ()
+    #: (n, t_stop, macro_tol): n's state run on at n with a tighter multirate tolerance than
+    #: the solver's default (1e-3, fixed across n), which a floor in the cells would show
+    stepping_cells: tuple = ()
     #: (n, m0s): per m0, a chain of rules with m0 uniform intervals over bulk_d_mins, seeded
     #: by the point the main chain's rule before bulk_d_mins[0] located, each next rule graded
     #: about the point the one before it located: the bulk's spacing moves the dividing point
@@ -132,6 +146,17 @@ class Plan:
     #: bulk's point misses it and releases early
     bulk: tuple = ()
     bulk_d_mins: tuple = ()
+    #: (n, qs): per q, a chain of rules in 3D, uniform then over levels_d_mins: each interval
+    #: of the circle carries q tokens across the band, at the nodes of the Gauss rule of the
+    #: band's mass over the interval in z, and each level (the j-th node) is graded about its
+    #: own dividing points, which lie 1e-2 rad apart: it tests the collapse onto z = 0
+    levels: tuple = ()
+    levels_d_mins: tuple = ()
+    #: (n, qs): the 3D chains again over sphere_d_mins with the cells off the band as tokens
+    #: at their centres (the band leaves out 1.4e-7 of the mass, a fifth of it within 0.3 rad
+    #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
+    sphere: tuple = ()
+    sphere_d_mins: tuple = ()
 
     def chain(self, n: int) -> list[tuple]:
         """[(step, the step whose dividing points it is graded about or None, "located" or
@@ -140,19 +165,39 @@ class Plan:
         out = [(s, main[k - 1] if k else None, "located") for k, s in enumerate(main)]
         out.append((Step(n, self.tight, tight=True), Step(n, self.tight), "graded"))
         for k, m0s in self.bulk:
-            if k != n:
-                continue
-            seed = Step(n, self.d_mins[self.d_mins.index(self.bulk_d_mins[0]) - 1])
-            for m in m0s:
-                rules = [Step(n, d, m0=m) for d in self.bulk_d_mins]
-                out += [(s, rules[j - 1] if j else seed, "located") for j, s in enumerate(rules)]
+            if k == n:
+                out += self._seeded(n, self.bulk_d_mins, self.d_mins, [{"m0": m} for m in m0s])
+        for k, qs in self.levels:
+            for q in qs if k == n else ():
+                rules = [Step(n, d, levels=q) for d in (0.0, *self.levels_d_mins)]
+                out += [(s, rules[j - 1] if j else None, "located") for j, s in enumerate(rules)]
+        for k, qs in self.sphere:
+            if k == n:
+                out += self._seeded(n, self.sphere_d_mins, self.levels_d_mins,
+                                    [{"levels": q, "sphere": True} for q in qs])
+        return out
+
+    def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
+        """A chain over d_mins per variant (Step fields), seeded by the rule before d_mins[0]
+        in ``seeds`` (the uniform rule before the first) of the main chain for the bulk, of
+        the band's own 3D chain for the cells off it; each next rule graded about the points
+        the one before it located."""
+        out, i = [], seeds.index(d_mins[0])
+        for v in variants:
+            seed = Step(n, seeds[i - 1] if i else 0.0,
+                        **{k: x for k, x in v.items() if k == "levels"})
+            rules = [Step(n, d, **v) for d in d_mins]
+            out += [(s, rules[j - 1] if j else seed, "located") for j, s in enumerate(rules)]
         return out
 
 
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
-            finer_cells=((32, 32.0), (64, 32.0)), bulk=((64, (8000, 16000)),),
-            bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)))
+            finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
+            bulk=((64, (8000, 16000)),),
+            bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
+            levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 10)),
+            sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -169,11 +214,12 @@ def band_rows(n: int) -> int:
     return max(1, int(ROWS_ANGLE / (0.5 * math.pi / n)))
 
 
-def marginal(sol, k: int, theta, rows: int) -> np.ndarray:
-    """The density per unit angle on z = 0 of the band's mass (``rows`` rows a side), at
-    angles ``theta``: the z-integral of the reconstruction at output k, composite over the
-    cells' own z-intervals (on the panel centred at angle p pi / 2, the row edge tan(beta_j)
-    lies at z = arctan(tan(beta_j) cos(theta - p pi / 2)))."""
+def column(sol, k: int, theta, rows: int):
+    """The band's mass across z = 0 (``rows`` rows a side) at angles ``theta``, at output k:
+    (z, m), both (len(theta), 2 rows, Z_NODES), the Gauss nodes of the composite rule over
+    the cells' own z-intervals and the reconstruction's mass per unit angle at each (on the
+    panel centred at angle p pi / 2, the row edge tan(beta_j) lies at
+    z = arctan(tan(beta_j) cos(theta - p pi / 2)))."""
     n = sol.mesh.n
     theta = np.asarray(theta, dtype=float) % (2 * math.pi)
     p = np.floor((theta + math.pi / 4) / (math.pi / 2)) % 4
@@ -187,7 +233,13 @@ def marginal(sol, k: int, theta, rows: int) -> np.ndarray:
     pts = np.stack([np.cos(theta)[:, None, None] * cz, np.sin(theta)[:, None, None] * cz,
                     np.sin(z)], axis=-1)
     rho = sol.density(k, pts.reshape(-1, 3)).reshape(z.shape)
-    return (rho * (hi - lo) * gw / 2 * cz).sum(axis=(1, 2))
+    return z, rho * (hi - lo) * gw / 2 * cz
+
+
+def marginal(sol, k: int, theta, rows: int) -> np.ndarray:
+    """The density per unit angle on z = 0 of the band's mass (``rows`` rows a side), at
+    angles ``theta``: the z-integral of the reconstruction at output k (:func:`column`)."""
+    return column(sol, k, theta, rows)[1].sum(axis=(1, 2))
 
 
 def graded_edges(m0: int, dividers, d_min: float) -> np.ndarray:
@@ -227,94 +279,218 @@ def dividers_of(theta, side) -> list[float]:
             for i in change]
 
 
+def gauss_rule(z, m, q: int):
+    """The q-node Gauss rule of each discrete measure sum_j m[i, j] delta_{z[i, j]}: (nodes,
+    weights), both (len(z), q), nodes ascending; it integrates polynomials of degree 2q - 1
+    exactly. The Jacobi matrix comes from the Stieltjes recurrence on the measure itself;
+    a measure on fewer than q points gets its mean as every node, its mass shared."""
+    mass = m.sum(axis=1)
+    a, b = np.zeros((len(z), q)), np.zeros((len(z), q))
+    p_prev, p, norm_prev = np.zeros_like(z), np.ones_like(z), None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for k in range(q):
+            norm = (m * p * p).sum(axis=1)
+            a[:, k] = (m * z * p * p).sum(axis=1) / norm
+            if k:
+                b[:, k] = norm / norm_prev
+            p_prev, p = p, (z - a[:, k, None]) * p - b[:, k, None] * p_prev
+            norm_prev = norm
+    jac, i = np.zeros((len(z), q, q)), np.arange(q)
+    jac[:, i, i] = a
+    jac[:, i[:-1], i[1:]] = jac[:, i[1:], i[:-1]] = np.sqrt(b[:, 1:])
+    bad = ((m > 0).sum(axis=1) < q) | ~np.isfinite(jac).all(axis=(1, 2))
+    jac[bad] = 0.0
+    nodes, vec = np.linalg.eigh(jac)
+    weights = mass[:, None] * vec[:, 0, :] ** 2
+    mean = (m * z).sum(axis=1)[bad] / np.where(mass[bad] > 0, mass[bad], 1.0)
+    nodes[bad], weights[bad] = mean[:, None], mass[bad, None] / q
+    return nodes, weights
+
+
+def band_tokens(sol, k: int, edges, rows: int, q: int):
+    """Angles (the intervals' midpoints), z (q per interval) and masses of tokens in 3D: per
+    interval, the q-node Gauss rule in z (:func:`gauss_rule`) of the band's mass over it
+    (WEIGHT_NODES in angle times the cells' z-rule); intervals without mass give none."""
+    mid, length = 0.5 * (edges[1:] + edges[:-1]), np.diff(edges)
+    g, gw = np.polynomial.legendre.leggauss(WEIGHT_NODES)
+    at = mid[:, None] + 0.5 * length[:, None] * g
+    z, m = column(sol, k, at.ravel(), rows)
+    z = z.reshape(len(mid), -1)
+    m = (m.reshape(len(mid), WEIGHT_NODES, -1) * (gw / 2)[:, None]).reshape(len(mid), -1)
+    m = m * length[:, None]
+    keep = m.sum(axis=1) > 0
+    nodes, weights = gauss_rule(z[keep], m[keep], q)
+    return mid[keep] % (2 * math.pi), nodes, weights
+
+
 # ------------------------------------------------------------------------------- the runs
-@functools.lru_cache(maxsize=2)
-def cells_state(n: int, t_handoff: float, t_end: float):
+@functools.lru_cache(maxsize=4)
+def cells_state(n: int, t_handoff: float, t_end: float, store: Path | None = None):
     """The finite volumes to t_handoff: (model, output times to t_end, the handoff's index k0,
-    solution, probe rows to k0, the + centre at k0)."""
+    a solution holding the state at the handoff only, probe rows to k0, the + centre at k0).
+    Saved under ``store`` when given: every rule, chain and finer run starts from it, and
+    each process would otherwise run the cells again (170 s at n = 64)."""
     model = model_for("R1", BETA)
     times = _output_times(Run(BETA, n, t_end))
     k0 = int(np.argmin(np.abs(times - t_handoff)))
-    sol = sp.FiniteVolumeSolver(model, n).solve(initial(), times[:k0 + 1])
-    rows, c = cell_rows(Probe(model), sol, k0, initial().hemisphere_mass(E))
-    return model, times, k0, sol, rows, c
+
+    def run():
+        sol = sp.FiniteVolumeSolver(model, n).solve(initial(), times[:k0 + 1])
+        rows, c = cell_rows(Probe(model), sol, k0, initial().hemisphere_mass(E))
+        return {"averages": sol.coefficients[k0] / sol.mesh.areas, "centre": c,
+                **_rows_out(rows)}
+
+    spec = {"beta": BETA, "n": n, "t": [float(times[0]), float(times[k0])]}
+    d = (run() if store is None else
+         stored_run(Path(store), f"R1_state_beta={BETA:g}_n={n}_t={t_handoff:g}", spec, run))
+    state = sp.FiniteVolumeSolver(model, n).solve(list(d["averages"]), [float(times[k0])])
+    return model, times, k0, state, _rows_in(d), np.asarray(d["centre"])
 
 
-def compute(step: Step, dividers, plan: Plan) -> dict:
-    """One rule of the chain: its tokens from the cells' band at the handoff to the end."""
-    model, times, k0, sol, rows, c = cells_state(step.n, plan.t_handoff, plan.t_end)
+def _rows_out(rows) -> dict:
+    """Probe rows (dicts of floats) as arrays to save: their column names and values."""
+    cols = list(rows[0])
+    return {"columns": np.array(cols), "rows": np.array([[r[k] for k in cols] for r in rows])}
+
+
+def _rows_in(saved) -> list:
+    """The probe rows that :func:`_rows_out` saved."""
+    cols = [str(k) for k in saved["columns"]]
+    return [dict(zip(cols, map(float, r), strict=True)) for r in saved["rows"]]
+
+
+def compute(step: Step, dividers, plan: Plan, store: Path | None = None) -> dict:
+    """One rule of the chain: its tokens from the cells' band at the handoff to the end (on
+    the circle with the plane's 2 x 2 model, or in 3D with the model itself)."""
+    model, times, k0, state, rows, c = cells_state(step.n, plan.t_handoff, plan.t_end, store)
     rows = list(rows)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
-    band = band_rows(step.n)
-    theta, w = circle_tokens(sol, k0, graded_edges(step.m0 or plan.m0, dividers, step.d_min), band)
-    plane = sp.Model(K=model.K[:2, :2], V=model.V[:2, :2], beta=BETA)
-    solver = (sp.ParticleSolver(plane, kernel="auto", rtol=TIGHT[0], atol=TIGHT[1],
-                                adaptive_kernel=True) if step.tight else _particle_solver(plane))
-    x = np.column_stack([np.cos(theta), np.sin(theta)])
+    band, m0 = band_rows(step.n), step.m0 or plan.m0
+    if step.levels:
+        theta, x, w, level = levels_tokens(state, step, dividers, m0, band)
+        if step.sphere:
+            mu, off = state.measure(0), np.ones(state.mesh.n_cells, bool)
+            off[band_cells(step.n, band)] = False
+            x, w = np.vstack([x, mu.points[off]]), np.concatenate([w, mu.weights[off]])
+            level = np.concatenate([level, np.full(off.sum(), -1)])
+            theta = np.concatenate([theta, np.zeros(off.sum())])
+        run_model = model
+    else:
+        theta, w = circle_tokens(state, 0, graded_edges(m0, dividers, step.d_min), band)
+        x, level = np.column_stack([np.cos(theta), np.sin(theta)]), np.zeros(len(w), int)
+        run_model = sp.Model(K=model.K[:2, :2], V=model.V[:2, :2], beta=BETA)
+    solver = (sp.ParticleSolver(run_model, kernel="auto", rtol=TIGHT[0], atol=TIGHT[1],
+                                adaptive_kernel=True) if step.tight
+              else _particle_solver(run_model))
     wn = w / w.sum()
     for j in range(len(times) - k0):
         if j:
             x = solver.solve(x, times[k0 + j - 1:k0 + j + 1], wn).positions[-1]
-        x3 = np.column_stack([x, np.zeros(len(wn))])
+        x3 = x if x.shape[1] == 3 else np.column_stack([x, np.zeros(len(wn))])
         c = probe.centre(x3, wn, c)
         rows.append(probe.record(x3, wn, c, m_plus))
     out = _saved(times, rows, math.nan, len(wn))
+    side = np.sign(x3 @ probe.v)
+    located = [(lev, s) for lev in range(max(1, step.levels))
+               for s in dividers_of(theta[level == lev], side[level == lev])]
     cells = band_cells(step.n, band)
-    out.update(dividers_in=np.array(dividers, dtype=float),
-               dividers=np.array(dividers_of(theta, np.sign(x @ probe.v[:2]))),
-               band_mass=np.array(sol.masses[k0][cells].sum()), marginal_mass=np.array(w.sum()),
-               row_mass=np.array([sol.masses[k0][band_cells(step.n, r)].sum()
+    out.update(dividers_in=_points(dividers), dividers=_points(
+                   located if step.levels else [s for _, s in located]),
+               band_mass=np.array(state.masses[0][cells].sum()),
+               marginal_mass=np.array(w.sum()),
+               row_mass=np.array([state.masses[0][band_cells(step.n, r)].sum()
                                   for r in range(1, band + 1)]))
     return out
 
 
+def levels_tokens(state, step: Step, dividers, m0: int, band: int):
+    """The 3D rule's tokens: (angles, positions (N, 3), masses, level): level j holds the
+    j-th z-node of each interval of its own edges, graded about its own dividing points
+    (``dividers``: (level, angle) pairs)."""
+    parts = []
+    for lev in range(step.levels):
+        mine = [s for j, s in dividers if j == lev]
+        theta, z, m = band_tokens(state, 0, graded_edges(m0, mine, step.d_min), band,
+                                  step.levels)
+        parts.append((theta, z[:, lev], m[:, lev], np.full(len(theta), lev)))
+    theta, z, w, level = (np.concatenate(a) for a in zip(*parts, strict=True))
+    keep = w > 0
+    theta, z, w, level = theta[keep], z[keep], w[keep], level[keep]
+    x = np.column_stack([np.cos(z) * np.cos(theta), np.cos(z) * np.sin(theta), np.sin(z)])
+    return theta, x, w, level
+
+
+def _points(dividers) -> np.ndarray:
+    """Dividing points as saved: angles, or (level, angle) rows for a 3D rule."""
+    return np.array([tuple(map(float, s)) if np.ndim(s) else float(s) for s in dividers],
+                    dtype=float)
+
+
 def spec_of(step: Step, dividers, plan: Plan) -> dict:
-    return {"beta": BETA, "n": step.n, "d_min": step.d_min, "tight": step.tight,
+    spec = {"beta": BETA, "n": step.n, "d_min": step.d_min, "tight": step.tight,
             "m0": step.m0 or plan.m0, "t": [plan.t_handoff, plan.t_end], "rows_angle": ROWS_ANGLE,
             "graded": [GRADED_WIDTH, GRADING], "nodes": [WEIGHT_NODES, Z_NODES],
-            "dividers": [round(s, 15) for s in dividers]}
+            "dividers": [[int(s[0]), round(s[1], 15)] if np.ndim(s) else round(s, 15)
+                         for s in dividers]}
+    if step.levels:   # the rules on the circle keep the description they were saved under
+        spec["levels"] = step.levels
+    if step.sphere:
+        spec["sphere"] = True
+    return spec
 
 
 def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
     """The rules at resolution n in order (:meth:`Plan.chain`), [(step, data or None)]: each
-    graded about the dividing points of the rule it follows; stops at the first rule not
-    available."""
+    graded about the dividing points of the rule it follows (None: not available, or the rule
+    it follows is not)."""
     out, done = [], {}
     for step, parent, which in plan.chain(n):
+        if parent is not None and parent not in done:
+            out.append((step, None))
+            continue
         use = [] if parent is None else list(
             done[parent]["dividers" if which == "located" else "dividers_in"])
         d = stored_run(store, step.name, spec_of(step, use, plan),
-                       (lambda s=step, u=use: compute(s, u, plan)) if compute_missing else None)
+                       (lambda s=step, u=use: compute(s, u, plan, store))
+                       if compute_missing else None)
         out.append((step, d))
-        if d is None:
-            break
-        done[step] = d
+        if d is not None:
+            done[step] = d
     return out
 
 
-def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True):
+def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True,
+                macro_tol=None):
     """The cells at 2n from n's state at the handoff (its reconstruction integrated over the
-    finer cells by their Gauss rule, total mass kept) to t_stop, probed as the chains are.
-    One solve over all outputs, checkpointed at each (the rows, the cell averages and the +
-    centre), so that a run longer than a sitting resumes where it stopped (restarting the
-    macro step once there); None when not finished and ``compute_missing`` is false."""
-    path, spec = _finer_path(n, t_stop, plan, store)
-    return cached_piece(path, spec, lambda partial: _run_finer(n, t_stop, plan, partial),
-                        path.stem, compute=compute_missing)
+    finer cells by their Gauss rule, total mass kept) to t_stop, probed as the chains are;
+    with ``macro_tol``, the cells at n from it with that multirate tolerance instead of the
+    solver's default. One solve over all outputs, checkpointed at each (the rows, the cell
+    averages and the + centre), so that a run longer than a sitting resumes where it stopped
+    (restarting the macro step once there); None when not finished and ``compute_missing``
+    is false."""
+    path, spec = _finer_path(n, t_stop, plan, store, macro_tol)
+    return cached_piece(
+        path, spec, lambda partial: _run_finer(n, t_stop, plan, partial, macro_tol),
+        path.stem, compute=compute_missing)
 
 
-def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path) -> dict:
+def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path, macro_tol=None) -> dict:
     """:func:`finer_cells`' run, from its checkpoint ``partial`` when there is one."""
     t0, c0 = time.perf_counter(), time.process_time()
     model = model_for("R1", BETA)
-    fine = sp.FiniteVolumeSolver(model, 2 * n)
+    m = n if macro_tol else 2 * n
+    fine = (sp.FiniteVolumeSolver(model, m, macro_tol=macro_tol) if macro_tol
+            else sp.FiniteVolumeSolver(model, m))
     ts = _finer_times(n, t_stop, plan)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
     saved = _finer_resume(partial, ts)
     if saved is None:
-        _, _, k0, sol, _, c = cells_state(n, plan.t_handoff, plan.t_end)
-        pts, area = fine.mesh.cell_quadrature(3)
-        mass = (sol.density(k0, pts.reshape(-1, 3)).reshape(area.shape) * area).sum(axis=1)
+        _, _, _, state, _, c = cells_state(n, plan.t_handoff, plan.t_end, Path(partial).parent)
+        if m == n:   # the state's own cell masses
+            mass = state.coefficients[0]
+        else:
+            pts, area = fine.mesh.cell_quadrature(3)
+            mass = (state.density(0, pts.reshape(-1, 3)).reshape(area.shape) * area).sum(axis=1)
         saved = {"done": 0, "rows": [], "state": mass / mass.sum() / fine.mesh.areas,
                  "centre": c, "seconds": 0.0, "cpu_seconds": 0.0}
     done, rows, box = saved["done"], saved["rows"], {"c": saved["centre"]}
@@ -332,7 +508,7 @@ def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path) -> dict:
 
     fine.solve(list(saved["state"]), ts[done:] - plan.t_handoff, on_output=reached)
     # the earlier sittings' time; cached_piece's save adds this one's
-    return {**_saved(ts, rows, math.nan, 2 * n), "resumed_seconds": saved["seconds"],
+    return {**_saved(ts, rows, math.nan, m), "resumed_seconds": saved["seconds"],
             "resumed_cpu_seconds": saved["cpu_seconds"]}
 
 
@@ -342,18 +518,19 @@ def _finer_times(n: int, t_stop: float, plan: Plan) -> np.ndarray:
     return times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
 
 
-def _finer_path(n: int, t_stop: float, plan: Plan, store: Path):
-    spec = {"beta": BETA, "n": n, "to": 2 * n, "t": [plan.t_handoff, t_stop]}
-    name = f"R1_cells_beta={BETA:g}_n={n}_to{2 * n}_t={t_stop:g}"
+def _finer_path(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None):
+    spec = {"beta": BETA, "n": n, "to": n if macro_tol else 2 * n, "t": [plan.t_handoff, t_stop]}
+    name = f"R1_cells_beta={BETA:g}_n={n}_to{spec['to']}_t={t_stop:g}"
+    if macro_tol:
+        spec["macro_tol"] = macro_tol
+        name += f"_macro={macro_tol:g}"
     return Path(store) / f"{name}_{run_key(spec)}.npz", spec
 
 
 def _finer_checkpoint(partial, ts, done, rows, state, c, seconds, cpu_seconds):
     """Save a finer-cells run's progress atomically: the rows of outputs 0..done (column by
     column), the cell averages and the + centre there, and the time spent."""
-    cols = list(rows[0])
-    io.save_npz(partial, times=ts, done=np.array(done), columns=np.array(cols),
-                rows=np.array([[r[k] for k in cols] for r in rows]), state=state,
+    io.save_npz(partial, times=ts, done=np.array(done), **_rows_out(rows), state=state,
                 centre=np.asarray(c), seconds=np.array(seconds),
                 cpu_seconds=np.array(cpu_seconds))
 
@@ -367,9 +544,8 @@ def _finer_resume(partial, ts) -> dict | None:
         saved = io.load_npz(partial)
         if not np.array_equal(saved["times"], ts):
             return None
-        cols = [str(k) for k in saved["columns"]]
         out = {"done": int(saved["done"]), "state": np.asarray(saved["state"]),
-               "rows": [dict(zip(cols, map(float, r), strict=True)) for r in saved["rows"]],
+               "rows": _rows_in(saved),
                "centre": np.asarray(saved["centre"]), "seconds": float(saved["seconds"]),
                "cpu_seconds": float(saved["cpu_seconds"])}
     except Exception as exc:  # noqa: BLE001 - a damaged checkpoint is ignored, never trusted
@@ -380,18 +556,19 @@ def _finer_resume(partial, ts) -> dict | None:
     return out
 
 
-def finer_reached(n: int, t_stop: float, plan: Plan, store: Path):
+def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None):
     """The finer cells finished, or as far as their checkpoint reached (``partial`` set), or
     None."""
-    done = finer_cells(n, t_stop, plan, store, compute_missing=False)
+    done = finer_cells(n, t_stop, plan, store, compute_missing=False, macro_tol=macro_tol)
     if done is not None:
         return done
-    path, _ = _finer_path(n, t_stop, plan, store)
+    path, _ = _finer_path(n, t_stop, plan, store, macro_tol)
     ts = _finer_times(n, t_stop, plan)
     saved = _finer_resume(path.with_name(path.stem + ".partial.npz"), ts)
     if saved is None:
         return None
-    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan, 2 * n)
+    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan,
+                 n if macro_tol else 2 * n)
     out["partial"] = np.array(True)
     return out
 
@@ -413,6 +590,62 @@ def finer_cells_table(plan, runs, chains, cells) -> list:
             rows.append([n, float(tk)] + [float(np.abs(a[:, k] - b[:, k]).max())
                                           for a, b in ((coarse, tok), (f2, tok), (f2, coarse),
                                                        (tok, prev))])
+    return rows
+
+
+def stepping_table(plan, stepping, chains, cells) -> list:
+    """Every FINER_EVERY time units: n's state run on at n with a tighter multirate tolerance
+    against the cells at n with the default one, and both against the finest token rule on
+    the circle (the larger gap over the two W2 curves)."""
+    rows = []
+    for (n, tol), run in stepping.items():
+        graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
+        if run is None or cells.get(n) is None or not graded:
+            continue
+        t = run["times"][np.isclose((run["times"] - plan.t_handoff) / FINER_EVERY,
+                                    np.round((run["times"] - plan.t_handoff) / FINER_EVERY))]
+        tight, default, tok = _on(run, t), _on(cells[n], t), _on(graded[-1], t)
+        for k, tk in enumerate(t):
+            rows.append([n, f"{tol:g}", float(tk)] + [float(np.abs(a[:, k] - b[:, k]).max())
+                                                     for a, b in ((tight, default),
+                                                                  (default, tok), (tight, tok))])
+    return rows
+
+
+def finest_levels(chains) -> dict:
+    """{(n, q, with the cells off the band): (the finest computed 3D rule, the one before it,
+    the circle's rule of the same d_min, the finest rule's step)} for the 3D chains with two
+    rules computed."""
+    out = {}
+    for n, chain in chains.items():
+        done, groups = {s: d for s, d in chain if d is not None}, {}
+        for s in done:
+            if s.levels:
+                groups.setdefault((s.levels, s.sphere), []).append(s)
+        for (q, whole), steps in groups.items():
+            flat = done.get(Step(n, steps[-1].d_min))
+            if len(steps) >= 2 and flat is not None:
+                out[n, q, whole] = (done[steps[-1]], done[steps[-2]], flat, steps[-1])
+    return out
+
+
+def levels_finer_table(plan, runs, chains, cells) -> list:
+    """Every FINER_EVERY time units: the finest 3D rule of each q against the circle's rule of
+    its d_min, the cells at n and at 2n from the same state, and its own previous rule (the
+    larger gap over the two W2 curves)."""
+    rows = []
+    for (n, q, whole), (tok, prev, flat, step) in finest_levels(chains).items():
+        t = tok["times"]
+        t = t[(t >= plan.t_handoff - 1e-9) & np.isclose(
+            (t - plan.t_handoff) / FINER_EVERY, np.round((t - plan.t_handoff) / FINER_EVERY))]
+        others = [None if b is None else _on(b, t[t <= b["times"][-1] + 1e-9])
+                  for b in (flat, cells.get(n), runs.get(n), prev)]
+        mine = _on(tok, t)
+        for k, tk in enumerate(t):
+            rows.append([n, f"{q}{' + off band' if whole else ''}, {step.d_min:.0e}",
+                         float(tk)] + [
+                float(np.abs(mine[:, k] - b[:, k]).max()) if b is not None and k < b.shape[1]
+                else "-" for b in others])
     return rows
 
 
@@ -508,6 +741,19 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
     return rows, finer, limits
 
 
+def levels_confirmations(plan, runs, chains, cells) -> list:
+    """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
+    the same state."""
+    rows = []
+    for (n, q, whole), (tok, prev, _, step) in finest_levels(chains).items():
+        if runs.get(n) is not None and cells.get(n) is not None:
+            rows.append(confirmation_row(
+                f"n = {n}, 3D ({q} across{' + off band' if whole else ''}, "
+                f"{step.d_min:.0e}): cells {2 * n} from its state "
+                f"(vs {n})", tok, prev, runs[n], cells[n], plan.t_handoff, PROBES))
+    return rows
+
+
 def extrapolated(fine: dict, coarse: dict) -> dict:
     """The first-order Richardson extrapolation 2 fine - coarse of both W2 curves on the fine
     run's outputs: the cells' error near a concentrated cluster halves with the cell (their
@@ -543,19 +789,38 @@ def chain_table(plan: Plan, chains, cells) -> list:
                 continue
             ts = time_scales(d)
             ref = done.get(parents[step])
-            rows.append([n, step.label, int(d["n"]),
-                         f"{d['dividers_in'][0]:.9f}" if len(d["dividers_in"]) else "-",
-                         f"{d['dividers'][0]:.9f}" if len(d["dividers"]) else "-",
+            rows.append([n, step.label, int(d["n"]), _first_points(d["dividers_in"]),
+                         _first_points(d["dividers"]),
                          ts["t_rel"], ts["t_arr"], float(d["w2_term"][-1]),
                          "-" if ref is None else agree_until(ref, d),
                          "-" if cells.get(n) is None else agree_until(cells[n], d)])
     return rows
 
 
+def _first_points(points) -> str:
+    """The first dividing point (near pi / 2), of each level for a 3D rule's (level, angle)
+    rows, or '-'."""
+    p = np.asarray(points)
+    if not len(p):
+        return "-"
+    if p.ndim == 1:
+        return f"{p[0]:.9f}"
+    return " / ".join(f"{p[p[:, 0] == lev][0, 1]:.9f}" for lev in np.unique(p[:, 0]))
+
+
+def _pair_row(n, d_min, label, a, b, t_handoff) -> list:
+    """Rule b against rule a: b's release and arrival, the largest differences of the two W2
+    curves after the handoff, and how long they agree."""
+    after = a["times"] >= t_handoff - 1e-9
+    ts = time_scales(b)
+    return [n, f"{d_min:.0e}" if d_min else "uniform", label, ts["t_rel"], ts["t_arr"],
+            float(np.abs(a["w2"] - b["w2"])[after].max()),
+            float(np.abs(a["w2_term"] - b["w2_term"])[after].max()), agree_until(a, b)]
+
+
 def bulk_table(plan: Plan, chains, t_handoff: float) -> list:
     """Per bulk rule: against the rule of the same d_min with the next fewer uniform intervals
-    (the main chain's, then the previous bulk's), the largest differences of the two W2 curves
-    after the handoff and how long they agree."""
+    (the main chain's, then the previous bulk's) (:func:`_pair_row`)."""
     rows = []
     for n, m0s in plan.bulk:
         done = dict(chains.get(n, []))
@@ -563,14 +828,33 @@ def bulk_table(plan: Plan, chains, t_handoff: float) -> list:
             for d_min in plan.bulk_d_mins:
                 a = done.get(Step(n, d_min, m0=before if before != plan.m0 else 0))
                 b = done.get(Step(n, d_min, m0=m0))
-                if a is None or b is None:
-                    continue
-                after = a["times"] >= t_handoff - 1e-9
-                ts = time_scales(b)
-                rows.append([n, f"{d_min:.0e}", f"{m0} vs {before}", ts["t_rel"], ts["t_arr"],
-                             float(np.abs(a["w2"] - b["w2"])[after].max()),
-                             float(np.abs(a["w2_term"] - b["w2_term"])[after].max()),
-                             agree_until(a, b)])
+                if a is not None and b is not None:
+                    rows.append(_pair_row(n, d_min, f"{m0} vs {before}", a, b, t_handoff))
+    return rows
+
+
+def levels_table(chains, t_handoff: float) -> list:
+    """Per 3D rule (:func:`_pair_row`): against the rule on the circle of the same d_min and
+    against the 3D rule with the most nodes fewer across the band; with the cells off the
+    band, against the same rule without them."""
+    rows = []
+    for n, chain in chains.items():
+        done = {s: d for s, d in chain if d is not None}
+        for step in (s for s in done if s.levels):
+            if step.sphere:
+                refs = [(Step(n, step.d_min, levels=step.levels), "band only")]
+            else:
+                fewer = [s.levels for s in done if s.levels and not s.sphere
+                         and s.d_min == step.d_min and s.levels < step.levels]
+                refs = [(Step(n, step.d_min), "circle")] + (
+                    [(Step(n, step.d_min, levels=max(fewer)), f"{max(fewer)} across")]
+                    if fewer else [])
+            for ref, what in refs:
+                if ref in done:
+                    label = (f"3D, {step.levels} across" + (" + off band" if step.sphere else "")
+                             + f", vs {what}")
+                    rows.append(_pair_row(n, step.d_min, label, done[ref], done[step],
+                                          t_handoff))
     return rows
 
 
@@ -593,7 +877,7 @@ def cells_table(cells, finer=()) -> list:
     return rows
 
 
-def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None):
+def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None, levels=None):
     fig, axes = plt.subplots(len(chains), 2, figsize=(12, 3.8 * len(chains)), squeeze=False)
     for row, (n, chain) in zip(axes, chains.items(), strict=True):
         graded = [(s, d) for s, d in chain if d is not None and not s.repeat]
@@ -602,6 +886,14 @@ def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None):
             after = d["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
                 ax.plot(d["times"][after], d[key][after], color=col, lw=1, label=step.label)
+        for (k, q, whole), (d, *_) in sorted((levels or {}).items(), key=lambda kv: kv[0]):
+            if k != n:
+                continue
+            after = d["times"] >= t_handoff
+            for ax, key in zip(row, ("w2", "w2_term"), strict=True):
+                ax.plot(d["times"][after], d[key][after], color=f"C{q + 3 * whole}", ls="--",
+                        lw=1.2, label=f"3D, {q} across the band"
+                        + (" and the cells off it" if whole else "") + " (finest rule)")
         if cells.get(n) is not None:
             after = cells[n]["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
@@ -633,7 +925,8 @@ def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None):
 INTRO = """Scenario R1 at beta = {beta:g} (docs/theory.md §3.4). The finite volumes at n cells
 a face edge to t = {t0:g}; the mass in the cell rows within {rows:g} rad of the invariant
 circle z = 0 collapsed onto it (its marginal, the z-integral of the cells' reconstruction);
-tokens on the circle, run with the plane's 2 x 2 model to t = {t1:g}. The first rule has {m0}
+tokens on the circle, run with the plane's 2 x 2 model to t = {t1:g} (the 3D chains: tokens
+across the band as well, run with the model itself). The first rule has {m0}
 uniform intervals; each next one is graded geometrically (ratio {ratio:g}, from {width:g} rad)
 down to d_min on both sides of the dividing points that the previous rule located. 'agrees
 until': the last time both W2 curves (to Pi#rho_0 and to the terminal measure
@@ -647,7 +940,10 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
     missing = [s.name for ch in chains.values() for s, d in ch if d is None]
     fine, coarse = late_cells(LATE_CELLS[1], plan.t_end), late_cells(LATE_CELLS[0], plan.t_end)
     runs = {n: finer_reached(n, t_stop, plan, store) for n, t_stop in plan.finer_cells}
+    stepping = {(n, tol): finer_reached(n, t_stop, plan, store, tol)
+                for n, t_stop, tol in plan.stepping_cells}
     confirm, finer, limits = confirmations(plan, runs, chains, cells, fine, coarse)
+    confirm += levels_confirmations(plan, runs, chains, cells)
     text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
                          ratio=GRADING, width=GRADED_WIDTH, frac=CONVERGED_FRACTION), ""]
     if missing:
@@ -667,11 +963,26 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(bulk_table(plan, chains, plan.t_handoff),
                    ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
+             "Off the circle: the 3D chains (q tokens across the band per interval, at the "
+             "Gauss nodes of the band's mass in z, each level graded about its own dividing "
+             "points), against the rule on the circle of the same d_min and against q - 1 "
+             "across:", "",
+             table(levels_table(chains, plan.t_handoff),
+                   ["n", "d_min", "rules", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
+                    "max |dW2| to terminal", "agree until"]), "",
+             f"The finest 3D rules every {FINER_EVERY:g} time units (the larger gap over the "
+             "two W2 curves):", "",
+             table(levels_finer_table(plan, runs, chains, cells),
+                   ["state n", "3D rule (q, d_min)", "t", "vs the circle's rule",
+                    "vs cells n", "vs cells 2n", "vs its previous rule"]), "",
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
                                         d) for n, d in finer.items()]
                                + [(f"n = {n}'s state: n and 2n extrapolated at first order", d)
-                                  for n, d in limits.items()]),
+                                  for n, d in limits.items()]
+                               + [(f"n = {n}'s state at {plan.t_handoff:g} on n cells, macro_tol "
+                                   f"{tol:g}", d) for (n, tol), d in stepping.items()
+                                  if d is not None]),
                    ["cells", "t_rel", "t_arr", "reached t", "W2 to terminal at end"]), "",
              "The finest rule of each chain (tokens from n's state) against cells, two ways: "
              f"the late-phase study's n = {LATE_CELLS[1]} from rho_0 (its error: against "
@@ -688,8 +999,16 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              "curves), and that rule's own error:", "",
              table(finer_cells_table(plan, runs, chains, cells),
                    ["state n", "t", "cells n vs tokens", "cells 2n vs tokens",
-                    "cells 2n vs cells n", "tokens vs previous rule"])]
-    fig = figure(chains, cells, plan.t_handoff, fine, finer, limits)
+                    "cells 2n vs cells n", "tokens vs previous rule"]), "",
+             "The cells' time stepping: n's state run on at n with a tighter multirate "
+             "tolerance (macro_tol; the solver's default, 1e-3, is the same at every n) against "
+             "the cells at n with the default, every "
+             f"{FINER_EVERY:g} time units (the larger gap over the two W2 curves):", "",
+             table(stepping_table(plan, stepping, chains, cells),
+                   ["n", "macro_tol", "t", "tighter vs default", "default vs tokens",
+                    "tighter vs tokens"])]
+    fig = figure(chains, cells, plan.t_handoff, fine, finer, limits,
+                 finest_levels(chains))
     publish(name, fig, "The late hold on the invariant circle (scenario R1)", "\n".join(text),
             folder, dpi=110)
     plt.close(fig)
@@ -708,6 +1027,8 @@ def main(argv=None):
             run_chain(plan, n, store)
         for n, t_stop in plan.finer_cells:
             finer_cells(n, t_stop, plan, store)
+        for n, t_stop, tol in plan.stepping_cells:
+            finer_cells(n, t_stop, plan, store, macro_tol=tol)
     report(plan, store, name)
 
 
