@@ -196,7 +196,7 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
             bulk=((64, (8000, 16000)),),
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
-            levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 10)),
+            levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
             sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8))
 
 
