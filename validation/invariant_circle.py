@@ -573,6 +573,13 @@ def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None
     return out
 
 
+def _every(times, t_handoff: float) -> np.ndarray:
+    """The output times a whole number of FINER_EVERY from the handoff (the tables' rows)."""
+    times = np.asarray(times)
+    steps = (times - t_handoff) / FINER_EVERY
+    return times[np.isclose(steps, np.round(steps))]
+
+
 def finer_cells_table(plan, runs, chains, cells) -> list:
     """Every FINER_EVERY time units of the finer cells: the larger gap over the two W2 curves
     between the cells at n, the cells at 2n (both from n's state) and the finest token rule
@@ -582,8 +589,7 @@ def finer_cells_table(plan, runs, chains, cells) -> list:
         graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
         if fine is None or cells.get(n) is None or len(graded) < 2:
             continue
-        t = fine["times"][np.isclose((fine["times"] - plan.t_handoff) / FINER_EVERY,
-                                     np.round((fine["times"] - plan.t_handoff) / FINER_EVERY))]
+        t = _every(fine["times"], plan.t_handoff)
         tok, prev = _on(graded[-1], t), _on(graded[-2], t)
         coarse, f2 = _on(cells[n], t), _on(fine, t)
         for k, tk in enumerate(t):
@@ -602,8 +608,7 @@ def stepping_table(plan, stepping, chains, cells) -> list:
         graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
         if run is None or cells.get(n) is None or not graded:
             continue
-        t = run["times"][np.isclose((run["times"] - plan.t_handoff) / FINER_EVERY,
-                                    np.round((run["times"] - plan.t_handoff) / FINER_EVERY))]
+        t = _every(run["times"], plan.t_handoff)
         tight, default, tok = _on(run, t), _on(cells[n], t), _on(graded[-1], t)
         for k, tk in enumerate(t):
             rows.append([n, f"{tol:g}", float(tk)] + [float(np.abs(a[:, k] - b[:, k]).max())
@@ -635,9 +640,8 @@ def levels_finer_table(plan, runs, chains, cells) -> list:
     larger gap over the two W2 curves)."""
     rows = []
     for (n, q, whole), (tok, prev, flat, step) in finest_levels(chains).items():
-        t = tok["times"]
-        t = t[(t >= plan.t_handoff - 1e-9) & np.isclose(
-            (t - plan.t_handoff) / FINER_EVERY, np.round((t - plan.t_handoff) / FINER_EVERY))]
+        t = _every(tok["times"], plan.t_handoff)
+        t = t[t >= plan.t_handoff - 1e-9]
         others = [None if b is None else _on(b, t[t <= b["times"][-1] + 1e-9])
                   for b in (flat, cells.get(n), runs.get(n), prev)]
         mine = _on(tok, t)
