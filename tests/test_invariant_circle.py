@@ -40,6 +40,53 @@ def test_marginal_of_the_uniform_density_over_whole_equatorial_panels():
             np.testing.assert_allclose(z, -z[:, ::-1], atol=1e-12)
 
 
+def test_meridian_edges_cut_the_meridians_into_pieces_of_one_cell_each():
+    from spherepde.density.finite_volume import locate
+    rng = np.random.default_rng(5)
+    for n in (8, 16):
+        mesh = sp.sphere.cubed_sphere.CubedSphere(n)
+        theta = np.concatenate([rng.uniform(0, 2 * math.pi, 300), [0.1, math.pi / 4 + 1e-3]])
+        ze = ic.meridian_edges(n, theta)
+        assert np.all(np.diff(ze, axis=1) >= 0) and np.all(ze[:, 0] == -math.pi / 2)
+        lo, hi = ze[:, :-1], ze[:, 1:]
+
+        def cell(f, lo=lo, hi=hi, theta=theta, mesh=mesh):
+            z = lo + f * (hi - lo)
+            x = np.stack([np.cos(theta)[:, None] * np.cos(z), np.sin(theta)[:, None] * np.cos(z),
+                          np.sin(z)], axis=-1)
+            return locate(mesh, x.reshape(-1, 3)).reshape(z.shape)
+
+        piece = hi - lo > 1e-9
+        ends, middle = (cell(1e-4), cell(1 - 1e-4)), cell(0.5)
+        assert all(np.array_equal(e[piece], middle[piece]) for e in ends)
+        # every edge is crossed: consecutive pieces lie in different cells
+        nxt = [np.flatnonzero(row)[1:] for row in piece]
+        prv = [np.flatnonzero(row)[:-1] for row in piece]
+        assert all(np.all(m[a] != m[b]) for m, a, b in zip(middle, nxt, prv, strict=True))
+        # off the panels' corners a meridian crosses n rows of its equatorial panel and the
+        # polar panels' grid lines on the way to each pole: at least 2 n pieces
+        assert np.all(piece.sum(axis=1) >= 2 * n)
+
+
+def test_caps_and_band_carry_all_the_mass():
+    # the band's tokens and the caps' (north and south of it, to the poles) integrate the
+    # cells' mass over the whole sphere; for a uniform density the caps mirror each other
+    n, rows = 8, 2
+    sol = sp.FiniteVolumeSolver(lp.model_for("R1", 16.0), n).solve(sp.measures.Uniform(3), [0.0])
+    edges = ic.graded_edges(200, [1.0], 1e-4)
+    _, _, band = ic.band_tokens(sol, 0, edges, rows, 2)
+    north, south = (ic.cap_tokens(sol, 0, edges, rows, q, north=up)
+                    for q, up in ((2, True), (1, False)))
+    total = band.sum() + north[2].sum() + south[2].sum()
+    assert abs(total - sol.masses[0].sum()) < 1e-9
+    edge = ic.band_edges(n, north[0], rows)
+    assert np.all(north[1] >= edge[:, -1:]) and np.all(south[1] <= edge[:, :1])
+    np.testing.assert_allclose(north[2].sum(axis=1), south[2][:, 0], rtol=1e-9)
+    # the 2-node rule keeps the first moment, which the 1-node rule is
+    mean = (north[1] * north[2]).sum(axis=1) / north[2].sum(axis=1)
+    np.testing.assert_allclose(mean, -south[1][:, 0], rtol=1e-9)
+
+
 def test_graded_edges_cover_the_circle_and_shrink_toward_the_dividing_points():
     uniform = ic.graded_edges(100, [1.0], 0.0)
     np.testing.assert_allclose(np.diff(uniform), 2 * math.pi / 100)
@@ -74,7 +121,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                    finer_cells=((8, 3.5),), stepping_cells=((8, 3.5, 1e-4),),
                    bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
                    levels=((8, (2,)),), levels_d_mins=(1e-3,), sphere=((8, (2,)),),
-                   sphere_d_mins=(1e-3,))
+                   sphere_d_mins=(1e-3,), whole=((8, ((2, 1),)),), whole_d_mins=(1e-3,))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
                                            "graded to 1e-04, tight tolerances",
@@ -82,8 +129,19 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                                            "uniform, 3D: 2 across the band",
                                            "graded to 1e-03, 3D: 2 across the band",
                                            "graded to 1e-03, 3D: 2 across the band, and the "
-                                           "cells off it"]
-    (uni, d0), (_, d1), (_, d2), (_, dt), (_, db), (_, u3), (_, g3), (_, gs) = chain
+                                           "cells off it",
+                                           "uniform, 3D: 2 across the band, and 1 per cap off "
+                                           "it, graded",
+                                           "graded to 1e-03, 3D: 2 across the band, and 1 per "
+                                           "cap off it, graded"]
+    (uni, d0), (_, d1), (_, d2), (_, dt), (_, db), (_, u3), (_, g3), (_, gs), (_, uc), (_, gc) = (
+        chain)
+    # with the caps graded: the band's two levels, then the north and the south cap's, each
+    # locating its own points (two a level), the next rule graded about them; all the mass
+    assert uc["dividers"].shape == (8, 2) and set(uc["dividers"][:, 0]) == {0.0, 1.0, 2.0, 3.0}
+    np.testing.assert_array_equal(gc["dividers_in"], uc["dividers"])
+    assert int(uc["n"]) == 2 * 200 + 2 * ic.CAP_M0 and int(gc["n"]) > int(uc["n"])
+    assert abs(float(gc["marginal_mass"]) - 1.0) < 0.01
     # the 3D rules: each level locates its own dividing points, the next rule is graded
     # about them level by level, and the band's mass is carried whole
     assert u3["dividers"].shape == (4, 2) and set(u3["dividers"][:, 0]) == {0.0, 1.0}
@@ -139,6 +197,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     rows = ic.stepping_table(plan, {(8, 1e-4): tight}, {8: chain}, {8: shifted})
     assert [r[2] for r in rows] == [3.0] and math.isclose(rows[0][3], 0.01, rel_tol=1e-9)
     assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
+    assert "| 8 | 1e-03 | 3D, 2 across + 1 per cap, vs off band a token per cell |" in text
 
 
 def test_finer_cells_resume_from_their_checkpoint(tmp_path, monkeypatch):

@@ -32,6 +32,10 @@ Per cell resolution n (the finite volumes' state at t = 12):
   with the cells off the band as tokens too: near the dividing points the tail is not thin
   in z (a third of the band's mass there lies beyond 0.05 rad of the circle) and the band
   leaves out a fifth as much again;
+- the same chain over the whole sphere: the band's q levels and, in each cap off the band
+  (north and south of it, to the poles), q' levels at the Gauss nodes in z of the cap's
+  mass, over the pieces of each meridian that lie in one cell, every level graded about its
+  own dividing points, for q' = 1 and 2;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
   resumable), and the first-order extrapolation of the cells at n and 2n.
 
@@ -74,6 +78,7 @@ from low_temperature import _particle_solver, cached_piece, initial
 
 import spherepde as sp
 from spherepde import io
+from spherepde.sphere.cubed_sphere import PANELS
 
 #: When the cells hand over, the cells' run on from there, and the inverse temperature.
 T_HANDOFF, T_END, BETA = 12.0, 36.0, 256.0
@@ -85,6 +90,9 @@ ROWS_ANGLE = 0.39
 M0, GRADED_WIDTH, GRADING = 4000, 0.05, 0.8
 #: Gauss nodes per interval for a token's weight, per cell z-interval for the marginal.
 WEIGHT_NODES, Z_NODES = 3, 4
+#: Uniform intervals of a cap's level (the mass off the band, north and south of it: 1.4e-7
+#: at n = 64, spread over all z up to the poles, so its bulk needs no finer spacing).
+CAP_M0 = 1000
 #: The late-phase study's finite-volume pieces the finest rules are checked against (coarse,
 #: fine), and the times at which the report gives the gap.
 LATE_CELLS, PROBES = (64, 128), (14.0, 16.0, 20.0, 24.0, 28.0)
@@ -102,6 +110,7 @@ class Step:
     m0: int = 0          # uniform intervals, when not the plan's
     levels: int = 0      # 0: on the circle; q: in 3D, q tokens across the band per interval
     sphere: bool = False  # in 3D, the cells off the band too, a token each
+    caps: int = 0        # in 3D, q' tokens per interval in each cap off the band, graded too
 
     @property
     def repeat(self) -> bool:
@@ -114,7 +123,8 @@ class Step:
         tag = "uniform" if not self.d_min else f"dmin={self.d_min:g}"
         return (f"R1_circle_beta={BETA:g}_n={self.n}_{tag}" + ("_tight" if self.tight else "")
                 + (f"_m0={self.m0}" if self.m0 else "")
-                + (f"_z{self.levels}" if self.levels else "") + ("_sphere" if self.sphere else ""))
+                + (f"_z{self.levels}" if self.levels else "") + ("_sphere" if self.sphere else "")
+                + (f"_caps{self.caps}" if self.caps else ""))
 
     @property
     def label(self) -> str:
@@ -122,7 +132,14 @@ class Step:
         return (rule + (", tight tolerances" if self.tight else "")
                 + (f", {self.m0} uniform intervals" if self.m0 else "")
                 + (f", 3D: {self.levels} across the band" if self.levels else "")
-                + (", and the cells off it" if self.sphere else ""))
+                + (", and the cells off it" if self.sphere else "")
+                + (f", and {self.caps} per cap off it, graded" if self.caps else ""))
+
+    @property
+    def n_levels(self) -> int:
+        """Levels graded each about its own dividing points: the band's, then the caps'
+        (north, then south); 1 on the circle."""
+        return max(1, self.levels + 2 * self.caps)
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,13 @@ class Plan:
     #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
     sphere: tuple = ()
     sphere_d_mins: tuple = ()
+    #: (n, ((q, q'), ...)): 3D chains over the whole sphere, uniform then over whole_d_mins:
+    #: the band's q levels and, in each cap off the band (from the band's edge to the pole),
+    #: q' levels at the Gauss nodes in z of the cap's mass over each interval (CAP_M0
+    #: uniform intervals), every level graded about its own dividing points: the mass off
+    #: the band decides the creep after t = 16, and as one token per cell it is not graded
+    whole: tuple = ()
+    whole_d_mins: tuple = ()
 
     def chain(self, n: int) -> list[tuple]:
         """[(step, the step whose dividing points it is graded about or None, "located" or
@@ -169,12 +193,15 @@ class Plan:
                 out += self._seeded(n, self.bulk_d_mins, self.d_mins, [{"m0": m} for m in m0s])
         for k, qs in self.levels:
             for q in qs if k == n else ():
-                rules = [Step(n, d, levels=q) for d in (0.0, *self.levels_d_mins)]
-                out += [(s, rules[j - 1] if j else None, "located") for j, s in enumerate(rules)]
+                out += _fresh([Step(n, d, levels=q) for d in (0.0, *self.levels_d_mins)])
         for k, qs in self.sphere:
             if k == n:
                 out += self._seeded(n, self.sphere_d_mins, self.levels_d_mins,
                                     [{"levels": q, "sphere": True} for q in qs])
+        for k, pairs in self.whole:
+            for q, caps in pairs if k == n else ():
+                out += _fresh([Step(n, d, levels=q, caps=caps)
+                               for d in (0.0, *self.whole_d_mins)])
         return out
 
     def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
@@ -191,13 +218,20 @@ class Plan:
         return out
 
 
+def _fresh(rules) -> list[tuple]:
+    """A chain from its own uniform rule: each next rule graded about the points the one
+    before it located."""
+    return [(s, rules[j - 1] if j else None, "located") for j, s in enumerate(rules)]
+
+
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
             bulk=((64, (8000, 16000)),),
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
-            sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8))
+            sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8),
+            whole=((64, ((2, 1), (2, 2))),), whole_d_mins=tuple(10.0 ** -k for k in range(3, 9)))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -220,20 +254,75 @@ def column(sol, k: int, theta, rows: int):
     the cells' own z-intervals and the reconstruction's mass per unit angle at each (on the
     panel centred at angle p pi / 2, the row edge tan(beta_j) lies at
     z = arctan(tan(beta_j) cos(theta - p pi / 2)))."""
-    n = sol.mesh.n
+    ze = band_edges(sol.mesh.n, theta, rows)
+    return _z_rule(sol, k, theta, ze[:, :-1], ze[:, 1:])
+
+
+def band_edges(n: int, theta, rows: int) -> np.ndarray:
+    """z of the band's row edges (``rows`` rows a side) at angles ``theta``: (len(theta),
+    2 rows + 1), ascending."""
     theta = np.asarray(theta, dtype=float) % (2 * math.pi)
     p = np.floor((theta + math.pi / 4) / (math.pi / 2)) % 4
     a = (theta - p * math.pi / 2 + math.pi) % (2 * math.pi) - math.pi
     tb = np.tan(-math.pi / 4 + 0.5 * math.pi / n * np.arange(n // 2 - rows, n // 2 + rows + 1))
-    ze = np.arctan(tb[None, :] * np.cos(a)[:, None])
+    return np.arctan(tb[None, :] * np.cos(a)[:, None])
+
+
+def _z_rule(sol, k: int, theta, lo, hi):
+    """Z_NODES Gauss nodes on each z-piece [lo, hi] (both (len(theta), pieces)) of the
+    meridians at ``theta`` and the reconstruction's mass per unit angle at each: (z, m), both
+    (len(theta), pieces, Z_NODES); a piece of zero length carries none."""
+    theta = np.asarray(theta, dtype=float)
     g, gw = np.polynomial.legendre.leggauss(Z_NODES)
-    lo, hi = ze[:, :-1, None], ze[:, 1:, None]
+    lo, hi = lo[..., None], hi[..., None]
     z = lo + (hi - lo) * (g + 1) / 2
     cz = np.cos(z)   # the area element on the sphere is cos z dz dtheta
     pts = np.stack([np.cos(theta)[:, None, None] * cz, np.sin(theta)[:, None, None] * cz,
                     np.sin(z)], axis=-1)
     rho = sol.density(k, pts.reshape(-1, 3)).reshape(z.shape)
     return z, rho * (hi - lo) * gw / 2 * cz
+
+
+def meridian_edges(n: int, theta) -> np.ndarray:
+    """z at which the meridians at angles ``theta`` cross the edges of the cells (n a face
+    edge), with -pi/2 and pi/2: (len(theta), E), ascending, padded with pi/2, so that each
+    piece between two consecutive entries lies in one cell. A grid line of a panel is the
+    great circle where the plane (e - t c) . x = 0 (e: the panel's axis across it, c: its
+    centre) meets the sphere; on the meridian x = cos z u + sin z e_z it lies at
+    tan z = -(normal . u) / normal_z, kept where that point is on the panel."""
+    theta = np.asarray(theta, dtype=float)
+    t = np.tan(-math.pi / 4 + 0.5 * math.pi / n * np.arange(n + 1))
+    c, e1, e2 = PANELS[:, 0], PANELS[:, 1], PANELS[:, 2]
+    normal = np.concatenate([(e[:, None, :] - t[None, :, None] * c[:, None, :]).reshape(-1, 3)
+                             for e in (e1, e2)])
+    along = np.concatenate([np.repeat(e2, n + 1, axis=0), np.repeat(e1, n + 1, axis=0)])
+    centre = np.tile(np.repeat(c, n + 1, axis=0), (2, 1))
+    u = np.column_stack([np.cos(theta), np.sin(theta), np.zeros_like(theta)])
+    nz = normal[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.arctan(-(u @ normal.T) / nz)
+    cz, sz = np.cos(z), np.sin(z)
+    on_c = cz * (u @ centre.T) + sz * centre[:, 2]
+    on_a = cz * (u @ along.T) + sz * along[:, 2]
+    ok = (np.abs(nz) > 1e-12) & (on_c > 1e-12) & (np.abs(on_a) <= on_c * (1 + 1e-9))
+    z = np.sort(np.where(ok, z, math.pi / 2), axis=1)
+    width = int(ok.sum(axis=1).max())
+    ends = np.full((len(theta), 1), math.pi / 2)
+    return np.hstack([-ends, z[:, :width], ends])
+
+
+def cap_column(sol, k: int, theta, rows: int, north: bool):
+    """The mass off the band (``rows`` rows a side) on the meridians at angles ``theta``, from
+    the band's edge to the north or south pole: (z, m) as :func:`column`'s, over the pieces
+    of the meridian in one cell each (:func:`meridian_edges`)."""
+    theta = np.asarray(theta, dtype=float)
+    edge = band_edges(sol.mesh.n, theta, rows)[:, -1 if north else 0, None]
+    ze = meridian_edges(sol.mesh.n, theta)
+    lo, hi = ze[:, :-1], ze[:, 1:]
+    mine = lo >= edge - 1e-12 if north else hi <= edge + 1e-12
+    used = mine.any(axis=0)
+    lo, hi = np.where(mine, lo, 0.0)[:, used], np.where(mine, hi, 0.0)[:, used]
+    return _z_rule(sol, k, theta, lo, hi)
 
 
 def marginal(sol, k: int, theta, rows: int) -> np.ndarray:
@@ -311,10 +400,23 @@ def band_tokens(sol, k: int, edges, rows: int, q: int):
     """Angles (the intervals' midpoints), z (q per interval) and masses of tokens in 3D: per
     interval, the q-node Gauss rule in z (:func:`gauss_rule`) of the band's mass over it
     (WEIGHT_NODES in angle times the cells' z-rule); intervals without mass give none."""
+    return _interval_tokens(lambda at: column(sol, k, at, rows), edges, q)
+
+
+def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool):
+    """:func:`band_tokens` for the mass of the north or south cap off the band
+    (:func:`cap_column`)."""
+    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north), edges, q)
+
+
+def _interval_tokens(columns, edges, q: int):
+    """Per interval of ``edges``, the q-node Gauss rule in z of the mass that ``columns``
+    (angles -> (z, m)) gives, integrated over the interval by WEIGHT_NODES in angle:
+    (midpoints, nodes, weights) for the intervals with mass."""
     mid, length = 0.5 * (edges[1:] + edges[:-1]), np.diff(edges)
     g, gw = np.polynomial.legendre.leggauss(WEIGHT_NODES)
     at = mid[:, None] + 0.5 * length[:, None] * g
-    z, m = column(sol, k, at.ravel(), rows)
+    z, m = columns(at.ravel())
     z = z.reshape(len(mid), -1)
     m = (m.reshape(len(mid), WEIGHT_NODES, -1) * (gw / 2)[:, None]).reshape(len(mid), -1)
     m = m * length[:, None]
@@ -391,7 +493,7 @@ def compute(step: Step, dividers, plan: Plan, store: Path | None = None) -> dict
         rows.append(probe.record(x3, wn, c, m_plus))
     out = _saved(times, rows, math.nan, len(wn))
     side = np.sign(x3 @ probe.v)
-    located = [(lev, s) for lev in range(max(1, step.levels))
+    located = [(lev, s) for lev in range(step.n_levels)
                for s in dividers_of(theta[level == lev], side[level == lev])]
     cells = band_cells(step.n, band)
     out.update(dividers_in=_points(dividers), dividers=_points(
@@ -404,15 +506,21 @@ def compute(step: Step, dividers, plan: Plan, store: Path | None = None) -> dict
 
 
 def levels_tokens(state, step: Step, dividers, m0: int, band: int):
-    """The 3D rule's tokens: (angles, positions (N, 3), masses, level): level j holds the
-    j-th z-node of each interval of its own edges, graded about its own dividing points
-    (``dividers``: (level, angle) pairs)."""
+    """The 3D rule's tokens: (angles, positions (N, 3), masses, level): level j < q holds the
+    j-th z-node in the band of each interval of its own edges, graded about its own dividing
+    points (``dividers``: (level, angle) pairs); the caps' levels follow, north then south,
+    each with CAP_M0 uniform intervals."""
     parts = []
-    for lev in range(step.levels):
+    for lev in range(step.levels + 2 * step.caps):
         mine = [s for j, s in dividers if j == lev]
-        theta, z, m = band_tokens(state, 0, graded_edges(m0, mine, step.d_min), band,
-                                  step.levels)
-        parts.append((theta, z[:, lev], m[:, lev], np.full(len(theta), lev)))
+        if lev < step.levels:
+            j, (theta, z, m) = lev, band_tokens(state, 0, graded_edges(m0, mine, step.d_min),
+                                                 band, step.levels)
+        else:
+            cap, j = divmod(lev - step.levels, step.caps)
+            theta, z, m = cap_tokens(state, 0, graded_edges(CAP_M0, mine, step.d_min), band,
+                                     step.caps, north=cap == 0)
+        parts.append((theta, z[:, j], m[:, j], np.full(len(theta), lev)))
     theta, z, w, level = (np.concatenate(a) for a in zip(*parts, strict=True))
     keep = w > 0
     theta, z, w, level = theta[keep], z[keep], w[keep], level[keep]
@@ -436,6 +544,8 @@ def spec_of(step: Step, dividers, plan: Plan) -> dict:
         spec["levels"] = step.levels
     if step.sphere:
         spec["sphere"] = True
+    if step.caps:
+        spec.update(caps=step.caps, cap_m0=CAP_M0)
     return spec
 
 
@@ -618,20 +728,26 @@ def stepping_table(plan, stepping, chains, cells) -> list:
 
 
 def finest_levels(chains) -> dict:
-    """{(n, q, with the cells off the band): (the finest computed 3D rule, the one before it,
-    the circle's rule of the same d_min, the finest rule's step)} for the 3D chains with two
-    rules computed."""
+    """{(n, q, with the cells off the band, q' per cap): (the finest computed 3D rule, the one
+    before it, the circle's rule of the same d_min, the finest rule's step)} for the 3D
+    chains with two rules computed."""
     out = {}
     for n, chain in chains.items():
         done, groups = {s: d for s, d in chain if d is not None}, {}
         for s in done:
             if s.levels:
-                groups.setdefault((s.levels, s.sphere), []).append(s)
-        for (q, whole), steps in groups.items():
+                groups.setdefault((s.levels, s.sphere, s.caps), []).append(s)
+        for (q, whole, caps), steps in groups.items():
             flat = done.get(Step(n, steps[-1].d_min))
             if len(steps) >= 2 and flat is not None:
-                out[n, q, whole] = (done[steps[-1]], done[steps[-2]], flat, steps[-1])
+                out[n, q, whole, caps] = (done[steps[-1]], done[steps[-2]], flat, steps[-1])
     return out
+
+
+def _across(q: int, whole: bool, caps: int) -> str:
+    """A 3D chain's short name: q across the band, with the cells off it or q' per cap."""
+    return (f"{q} across" + (" + off band" if whole else "")
+            + (f" + {caps} per cap" if caps else ""))
 
 
 def levels_finer_table(plan, runs, chains, cells) -> list:
@@ -639,14 +755,14 @@ def levels_finer_table(plan, runs, chains, cells) -> list:
     its d_min, the cells at n and at 2n from the same state, and its own previous rule (the
     larger gap over the two W2 curves)."""
     rows = []
-    for (n, q, whole), (tok, prev, flat, step) in finest_levels(chains).items():
+    for (n, *variant), (tok, prev, flat, step) in finest_levels(chains).items():
         t = _every(tok["times"], plan.t_handoff)
         t = t[t >= plan.t_handoff - 1e-9]
         others = [None if b is None else _on(b, t[t <= b["times"][-1] + 1e-9])
                   for b in (flat, cells.get(n), runs.get(n), prev)]
         mine = _on(tok, t)
         for k, tk in enumerate(t):
-            rows.append([n, f"{q}{' + off band' if whole else ''}, {step.d_min:.0e}",
+            rows.append([n, f"{_across(*variant)}, {step.d_min:.0e}",
                          float(tk)] + [
                 float(np.abs(mine[:, k] - b[:, k]).max()) if b is not None and k < b.shape[1]
                 else "-" for b in others])
@@ -749,10 +865,10 @@ def levels_confirmations(plan, runs, chains, cells) -> list:
     """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
     the same state."""
     rows = []
-    for (n, q, whole), (tok, prev, _, step) in finest_levels(chains).items():
+    for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
         if runs.get(n) is not None and cells.get(n) is not None:
             rows.append(confirmation_row(
-                f"n = {n}, 3D ({q} across{' + off band' if whole else ''}, "
+                f"n = {n}, 3D ({_across(*variant)}, "
                 f"{step.d_min:.0e}): cells {2 * n} from its state "
                 f"(vs {n})", tok, prev, runs[n], cells[n], plan.t_handoff, PROBES))
     return rows
@@ -840,12 +956,19 @@ def bulk_table(plan: Plan, chains, t_handoff: float) -> list:
 def levels_table(chains, t_handoff: float) -> list:
     """Per 3D rule (:func:`_pair_row`): against the rule on the circle of the same d_min and
     against the 3D rule with the most nodes fewer across the band; with the cells off the
-    band, against the same rule without them."""
+    band, against the same rule without them; with the caps graded, against the band only,
+    the cells off it as tokens, and one node fewer per cap."""
     rows = []
     for n, chain in chains.items():
         done = {s: d for s, d in chain if d is not None}
         for step in (s for s in done if s.levels):
-            if step.sphere:
+            if step.caps:
+                refs = [(Step(n, step.d_min, levels=step.levels), "band only"),
+                        (Step(n, step.d_min, levels=step.levels, sphere=True),
+                         "off band a token per cell")] + (
+                    [(Step(n, step.d_min, levels=step.levels, caps=step.caps - 1),
+                      f"{step.caps - 1} per cap")] if step.caps > 1 else [])
+            elif step.sphere:
                 refs = [(Step(n, step.d_min, levels=step.levels), "band only")]
             else:
                 fewer = [s.levels for s in done if s.levels and not s.sphere
@@ -855,8 +978,7 @@ def levels_table(chains, t_handoff: float) -> list:
                     if fewer else [])
             for ref, what in refs:
                 if ref in done:
-                    label = (f"3D, {step.levels} across" + (" + off band" if step.sphere else "")
-                             + f", vs {what}")
+                    label = f"3D, {_across(step.levels, step.sphere, step.caps)}, vs {what}"
                     rows.append(_pair_row(n, step.d_min, label, done[ref], done[step],
                                           t_handoff))
     return rows
@@ -890,14 +1012,15 @@ def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None, 
             after = d["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
                 ax.plot(d["times"][after], d[key][after], color=col, lw=1, label=step.label)
-        for (k, q, whole), (d, *_) in sorted((levels or {}).items(), key=lambda kv: kv[0]):
+        for (k, q, whole, caps), (d, *_) in sorted((levels or {}).items(),
+                                                   key=lambda kv: kv[0]):
             if k != n:
                 continue
             after = d["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
-                ax.plot(d["times"][after], d[key][after], color=f"C{q + 3 * whole}", ls="--",
-                        lw=1.2, label=f"3D, {q} across the band"
-                        + (" and the cells off it" if whole else "") + " (finest rule)")
+                ax.plot(d["times"][after], d[key][after],
+                        color=f"C{(q + 3 * whole + 2 * caps) % 10}", ls="--", lw=1.2,
+                        label=f"3D, {_across(q, whole, caps)} (finest rule)")
         if cells.get(n) is not None:
             after = cells[n]["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
@@ -970,7 +1093,9 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              "Off the circle: the 3D chains (q tokens across the band per interval, at the "
              "Gauss nodes of the band's mass in z, each level graded about its own dividing "
              "points), against the rule on the circle of the same d_min and against q - 1 "
-             "across:", "",
+             "across; with the cells off the band as a token each, against the band only; "
+             "with q' tokens per interval in each cap off the band, graded as well, against "
+             "the band only, the cells off it a token each, and q' - 1:", "",
              table(levels_table(chains, plan.t_handoff),
                    ["n", "d_min", "rules", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
