@@ -423,6 +423,12 @@ def _crossing(t, y, level, k):
     return float(t[k - 1] + (level - y[k - 1]) * (t[k] - t[k - 1]) / (y[k] - y[k - 1]))
 
 
+def arrival(t, w2_term) -> float:
+    """When W2 to the terminal measure first falls below ARRIVAL_W2 (interpolated), or NaN."""
+    arrived = np.nonzero(np.asarray(w2_term) < ARRIVAL_W2)[0]
+    return _crossing(t, w2_term, ARRIVAL_W2, int(arrived[0])) if len(arrived) else math.nan
+
+
 def time_scales(d, t_event=math.nan) -> dict:
     """t*, min W2, t_dep, t_rel, the hold's mean speed ratio and tail share over [t*, t_rel),
     the tail mass at t*, its exponential decay rate over the hold, and the arrival t_arr
@@ -445,10 +451,7 @@ def time_scales(d, t_event=math.nan) -> dict:
     out["hold ratio"] = float(np.mean(ratio[hold])) if hold.any() else math.nan
     out["hold share"] = float(np.mean(d["share"][hold])) if hold.any() else math.nan
     out["tail mass at t*"] = float(d["tail_mass"][k0])
-    term = d["w2_term"] if "w2_term" in d else np.full(len(t), np.nan)
-    arrived = np.nonzero(term < ARRIVAL_W2)[0]
-    out["t_arr"] = (_crossing(t, term, ARRIVAL_W2, int(arrived[0])) if len(arrived)
-                    else math.nan)
+    out["t_arr"] = arrival(t, d["w2_term"]) if "w2_term" in d else math.nan
     free = t > (out["t_rel"] if math.isfinite(out["t_rel"]) else t[-1])
     if free.any():  # the FREE_WINDOW from the first output after the release
         free &= t <= t[free][0] + FREE_WINDOW

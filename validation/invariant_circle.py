@@ -61,14 +61,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 from _common import OUT, publish, run_key, stored_run, table
 from departure import (
-    ARRIVAL_W2,
     CONVERGED_FRACTION,
     E,
     Probe,
     Run,
-    _crossing,
     _output_times,
     _saved,
+    arrival,
     cell_rows,
     load,
     time_scales,
@@ -231,7 +230,7 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
             sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8),
-            whole=((64, ((2, 1), (2, 2))),), whole_d_mins=tuple(10.0 ** -k for k in range(3, 9)))
+            whole=((64, ((2, 1), (2, 2))),), whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -995,10 +994,7 @@ def cells_table(cells, finer=()) -> list:
             ts = time_scales(d)
             t_rel, t_arr = ts["t_rel"], ts["t_arr"]
         else:
-            below = np.flatnonzero(d["w2_term"] < ARRIVAL_W2)
-            t_rel = "n/a"
-            t_arr = (_crossing(d["times"], d["w2_term"], ARRIVAL_W2, int(below[0]))
-                     if below.size else math.nan)
+            t_rel, t_arr = "n/a", arrival(d["times"], d["w2_term"])
         rows.append([label, t_rel, t_arr, float(d["times"][-1]), float(d["w2_term"][-1])])
     return rows
 
