@@ -90,7 +90,7 @@ M0, GRADED_WIDTH, GRADING = 4000, 0.05, 0.8
 #: Gauss nodes per interval for a token's weight, per cell z-interval for the marginal.
 WEIGHT_NODES, Z_NODES = 3, 4
 #: Uniform intervals of a cap's level (the mass off the band, north and south of it: 1.4e-7
-#: at n = 64, spread over all z up to the poles, so its bulk needs no finer spacing).
+#: at n = 64, spread over all z up to the poles; this spacing is not refined in the study).
 CAP_M0 = 1000
 #: The late-phase study's finite-volume pieces the finest rules are checked against (coarse,
 #: fine), and the times at which the report gives the gap.
@@ -176,8 +176,8 @@ class Plan:
     #: (n, ((q, q'), ...)): 3D chains over the whole sphere, uniform then over whole_d_mins:
     #: the band's q levels and, in each cap off the band (from the band's edge to the pole),
     #: q' levels at the Gauss nodes in z of the cap's mass over each interval (CAP_M0
-    #: uniform intervals), every level graded about its own dividing points: the mass off
-    #: the band decides the creep after t = 16, and as one token per cell it is not graded
+    #: uniform intervals), every level graded about its own dividing points: as one token
+    #: per cell the mass off the band is not graded, and its own last leavers are cut off
     whole: tuple = ()
     whole_d_mins: tuple = ()
 
