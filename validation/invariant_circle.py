@@ -77,6 +77,7 @@ from low_temperature import _particle_solver, cached_piece, initial
 
 import spherepde as sp
 from spherepde import io
+from spherepde.density.finite_volume import DEFAULT_MACRO_TOL
 from spherepde.sphere.cubed_sphere import PANELS
 
 #: When the cells hand over, the cells' run on from there, and the inverse temperature.
@@ -587,9 +588,8 @@ def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path, macro_tol=None)
     """:func:`finer_cells`' run, from its checkpoint ``partial`` when there is one."""
     t0, c0 = time.perf_counter(), time.process_time()
     model = model_for("R1", BETA)
-    m = n if macro_tol else 2 * n
-    fine = (sp.FiniteVolumeSolver(model, m, macro_tol=macro_tol) if macro_tol
-            else sp.FiniteVolumeSolver(model, m))
+    m = _finer_n(n, macro_tol)
+    fine = sp.FiniteVolumeSolver(model, m, macro_tol=macro_tol or DEFAULT_MACRO_TOL)
     ts = _finer_times(n, t_stop, plan)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
     saved = _finer_resume(partial, ts)
@@ -627,8 +627,13 @@ def _finer_times(n: int, t_stop: float, plan: Plan) -> np.ndarray:
     return times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
 
 
+def _finer_n(n: int, macro_tol=None) -> int:
+    """The cells a finer run from n's state uses: 2n, or n itself for a tighter step."""
+    return n if macro_tol else 2 * n
+
+
 def _finer_path(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None):
-    spec = {"beta": BETA, "n": n, "to": n if macro_tol else 2 * n, "t": [plan.t_handoff, t_stop]}
+    spec = {"beta": BETA, "n": n, "to": _finer_n(n, macro_tol), "t": [plan.t_handoff, t_stop]}
     name = f"R1_cells_beta={BETA:g}_n={n}_to{spec['to']}_t={t_stop:g}"
     if macro_tol:
         spec["macro_tol"] = macro_tol
@@ -676,8 +681,7 @@ def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None
     saved = _finer_resume(path.with_name(path.stem + ".partial.npz"), ts)
     if saved is None:
         return None
-    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan,
-                 n if macro_tol else 2 * n)
+    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan, _finer_n(n, macro_tol))
     out["partial"] = np.array(True)
     return out
 
