@@ -259,3 +259,34 @@ def test_gauss_rule_integrates_the_measure_to_degree_2q_minus_1():
     nodes, weights = ic.gauss_rule(z[:1], m[:1], 4)
     np.testing.assert_allclose(nodes, (m[0] @ z[0]) / m[0].sum())
     np.testing.assert_allclose(weights, m[0].sum() / 4)
+
+
+def test_a_whole_sphere_chain_stops_at_its_own_d_min():
+    plan = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, whole_d_mins=(1e-3, 1e-4, 1e-5),
+                   whole=((8, ((2, 1), (2, 3, 1e-4))),))
+    steps = [(s.caps, s.d_min, parent) for s, parent, _ in plan.chain(8) if s.caps]
+    assert [(c, d) for c, d, _ in steps] == [(1, 0.0), (1, 1e-3), (1, 1e-4), (1, 1e-5),
+                                             (3, 0.0), (3, 1e-3), (3, 1e-4)]
+    # each graded from the rule before it in its own chain
+    assert [p and (p.caps, p.d_min) for _, _, p in steps] == [
+        None, (1, 0.0), (1, 1e-3), (1, 1e-4), None, (3, 0.0), (3, 1e-3)]
+
+
+def test_caps_table_compares_every_q_at_the_finest_d_min_they_share():
+    plan = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, t_handoff=3.0, t_end=8.0)
+    t = np.linspace(0.0, 8.0, 33)
+    fine = {"times": t[t >= 3.0], "w2": 0.1 + 0 * t[t >= 3.0], "w2_term": 0.5 + 0 * t[t >= 3.0]}
+
+    def off(dw2, dterm):
+        return {"times": t, "w2": 0.1 + dw2 + 0 * t, "w2_term": 0.5 + dterm + 0 * t}
+
+    chain = [(ic.Step(8, 0.0, levels=2, caps=1), off(0.5, 0.5)),
+             (ic.Step(8, 1e-3, levels=2, caps=1), off(0.03, -0.01)),
+             (ic.Step(8, 1e-4, levels=2, caps=1), off(0.02, 0.0)),
+             (ic.Step(8, 1e-3, levels=2, caps=2), off(-0.01, 0.02)),
+             (ic.Step(8, 1e-4, levels=2, caps=2), None)]   # not computed
+    caps, rows = ic.caps_table(plan, {8: fine}, {8: chain}, {8: off(0.004, 0.0)})
+    assert caps == [1, 2]
+    assert [r[3] for r in rows] == [3.0, 5.0, 7.0]
+    # 1e-4 is computed for q' = 1 only: both compared at 1e-3
+    assert rows[0] == [8, 2, "1e-03", 3.0, "0.0040", "0.0300 (+0.0300)", "0.0200 (-0.0100)"]

@@ -174,11 +174,12 @@ class Plan:
     #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
     sphere: tuple = ()
     sphere_d_mins: tuple = ()
-    #: (n, ((q, q'), ...)): 3D chains over the whole sphere, uniform then over whole_d_mins:
-    #: the band's q levels and, in each cap off the band (from the band's edge to the pole),
-    #: q' levels at the Gauss nodes in z of the cap's mass over each interval (CAP_M0
-    #: uniform intervals), every level graded about its own dividing points: as one token
-    #: per cell the mass off the band is not graded, and its own last leavers are cut off
+    #: (n, ((q, q'[, d_min]), ...)): 3D chains over the whole sphere, uniform then over
+    #: whole_d_mins (down to d_min where given): the band's q levels and, in each cap off the
+    #: band (from the band's edge to the pole), q' levels at the Gauss nodes in z of the cap's
+    #: mass over each interval (CAP_M0 uniform intervals), every level graded about its own
+    #: dividing points: as one token per cell the mass off the band is not graded, and its
+    #: own last leavers are cut off
     whole: tuple = ()
     whole_d_mins: tuple = ()
 
@@ -199,9 +200,9 @@ class Plan:
                 out += self._seeded(n, self.sphere_d_mins, self.levels_d_mins,
                                     [{"levels": q, "sphere": True} for q in qs])
         for k, pairs in self.whole:
-            for q, caps in pairs if k == n else ():
-                out += _fresh([Step(n, d, levels=q, caps=caps)
-                               for d in (0.0, *self.whole_d_mins)])
+            for q, caps, *floor in pairs if k == n else ():
+                d_mins = [d for d in self.whole_d_mins if d >= min(floor, default=0.0)]
+                out += _fresh([Step(n, d, levels=q, caps=caps) for d in (0.0, *d_mins)])
         return out
 
     def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
@@ -224,6 +225,8 @@ def _fresh(rules) -> list[tuple]:
     return [(s, rules[j - 1] if j else None, "located") for j, s in enumerate(rules)]
 
 
+# q' = 3 and 4 per cap stop at 1e-7: for q' = 1 and 2 that rule's W2 curves lie within 5e-4
+# of the finest rule's up to t = 26, the window where the caps' z-resolution is compared
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
@@ -231,7 +234,8 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
             sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8),
-            whole=((64, ((2, 1), (2, 2))),), whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
+            whole=((64, ((2, 1), (2, 2), (2, 3, 1e-7), (2, 4, 1e-7))),),
+            whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -772,6 +776,36 @@ def levels_finer_table(plan, runs, chains, cells) -> list:
     return rows
 
 
+def caps_table(plan, runs, chains, cells) -> tuple[list, list]:
+    """The caps' z-resolution, as (q' per cap, rows): every FINER_EVERY time units, the
+    whole-sphere chains of each band q at the finest d_min all of them computed, each against
+    the cells at 2n from the same state: the larger gap over the two W2 curves and, in
+    brackets, the signed gap in W2 to Pi#rho_0 (tokens minus cells: positive, the tokens
+    ahead); before them the cells' own error (2n against n run on)."""
+    found = {}
+    for n, chain in chains.items():
+        for s, d in chain:
+            if s.caps and s.d_min and d is not None:
+                found.setdefault((n, s.levels), {}).setdefault(s.caps, {})[s.d_min] = d
+    caps = sorted({c for by in found.values() for c in by})
+    rows = []
+    for (n, q), by in sorted(found.items()):
+        common = set.intersection(*(set(d) for d in by.values()))
+        if runs.get(n) is None or cells.get(n) is None or not common:
+            continue
+        d_min = min(common)
+        t = _every(runs[n]["times"], plan.t_handoff)
+        t = t[t >= plan.t_handoff - 1e-9]
+        fine, own = _on(runs[n], t), _on(cells[n], t)
+        mine = {c: _on(by[c][d_min], t) for c in by}
+        for k, tk in enumerate(t):
+            gaps = [f"{np.abs(mine[c][:, k] - fine[:, k]).max():.4f} "
+                    f"({mine[c][0, k] - fine[0, k]:+.4f})" if c in mine else "-" for c in caps]
+            rows.append([n, q, f"{d_min:.0e}", float(tk),
+                         f"{np.abs(own[:, k] - fine[:, k]).max():.4f}"] + gaps)
+    return caps, rows
+
+
 def joined(before: dict, after: dict, t_handoff: float) -> dict:
     """A run's W2 curves and probe columns before the handoff followed by another's from it
     (the finer cells after the cells they started from), as the token rules are."""
@@ -1061,6 +1095,33 @@ m+ delta_v + m- delta_-v) differ by less than {frac:.0%} of min W2. t_rel: the s
 above 1/2 from then on; t_arr: W2 to the terminal measure below 0.1."""
 
 
+def _levels_text(plan, runs, chains, cells) -> list[str]:
+    """The report's sections on the 3D chains: each rule against its references, the finest
+    rules against the cells, and the caps' z-resolution."""
+    caps, rows = caps_table(plan, runs, chains, cells)
+    return ["Off the circle: the 3D chains (q tokens across the band per interval, at the "
+            "Gauss nodes of the band's mass in z, each level graded about its own dividing "
+            "points), against the rule on the circle of the same d_min and against q - 1 "
+            "across; with the cells off the band as a token each, against the band only; "
+            "with q' tokens per interval in each cap off the band, graded as well, against "
+            "the band only, the cells off it a token each, and q' - 1:", "",
+            table(levels_table(chains, plan.t_handoff),
+                  ["n", "d_min", "rules", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
+                   "max |dW2| to terminal", "agree until"]), "",
+            f"The finest 3D rules every {FINER_EVERY:g} time units (the larger gap over the "
+            "two W2 curves):", "",
+            table(levels_finer_table(plan, runs, chains, cells),
+                  ["state n", "3D rule (q, d_min)", "t", "vs the circle's rule",
+                   "vs cells n", "vs cells 2n", "vs its previous rule"]), "",
+            "The caps' z-resolution: the whole-sphere chains (q across the band, q' per cap) "
+            "at the finest d_min they all computed, against the cells at 2n from the same "
+            f"state every {FINER_EVERY:g} time units: the larger gap over the two W2 curves "
+            "and, in brackets, the signed gap in W2 to Pi#rho_0 (tokens minus cells); the "
+            "cells' own error (2n against n) first:", "",
+            table(rows, ["state n", "q", "d_min", "t", "cells 2n vs n"]
+                  + [f"{c} per cap" for c in caps]), ""]
+
+
 def report(plan: Plan, store: Path, name: str, folder=OUT):
     chains = {n: run_chain(plan, n, store, compute_missing=False) for n in plan.cells}
     cells = {n: cells_run_on(n, OUT / "departure_runs", plan.t_end) for n in plan.cells}
@@ -1090,20 +1151,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(bulk_table(plan, chains, plan.t_handoff),
                    ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
-             "Off the circle: the 3D chains (q tokens across the band per interval, at the "
-             "Gauss nodes of the band's mass in z, each level graded about its own dividing "
-             "points), against the rule on the circle of the same d_min and against q - 1 "
-             "across; with the cells off the band as a token each, against the band only; "
-             "with q' tokens per interval in each cap off the band, graded as well, against "
-             "the band only, the cells off it a token each, and q' - 1:", "",
-             table(levels_table(chains, plan.t_handoff),
-                   ["n", "d_min", "rules", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
-                    "max |dW2| to terminal", "agree until"]), "",
-             f"The finest 3D rules every {FINER_EVERY:g} time units (the larger gap over the "
-             "two W2 curves):", "",
-             table(levels_finer_table(plan, runs, chains, cells),
-                   ["state n", "3D rule (q, d_min)", "t", "vs the circle's rule",
-                    "vs cells n", "vs cells 2n", "vs its previous rule"]), "",
+             *_levels_text(plan, runs, chains, cells),
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
                                         d) for n, d in finer.items()]
