@@ -24,6 +24,8 @@ def table(rows, header) -> str:
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    if not rows:   # a bare header reads as a table whose rows were lost
+        lines += ["", "*(no rows: nothing of this kind was computed for this run)*"]
     return "\n".join(lines)
 
 
