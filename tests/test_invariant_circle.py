@@ -290,3 +290,19 @@ def test_caps_table_compares_every_q_at_the_finest_d_min_they_share():
     assert [r[3] for r in rows] == [3.0, 5.0, 7.0]
     # 1e-4 is computed for q' = 1 only: both compared at 1e-3
     assert rows[0] == [8, 2, "1e-03", 3.0, "0.0040", "0.0300 (+0.0300)", "0.0200 (-0.0100)"]
+
+
+def test_a_confirmation_sums_the_tokens_errors_over_their_refinements():
+    t = np.linspace(12.0, 20.0, 33)
+
+    def run(slope):
+        return {"times": t, "w2": 0.3 + slope * (t - 12.0), "w2_term": 0.6 + 0 * t}
+
+    cells, coarse, tokens = run(0.0), run(0.0), run(0.0035)  # gap 0.0035 (t - 12)
+    by_d_min, by_q = run(0.0025), run(0.008)                  # errors 0.001, 0.0045 (t - 12)
+    one = ic.confirmation_row("x", tokens, by_d_min, cells, coarse, 12.0, [20.0])
+    both = ic.confirmation_row("x", tokens, [by_d_min, by_q], cells, coarse, 12.0, [20.0])
+    assert one[2] == "0.0280 (0.0080)" and both[2] == "0.0280 (0.0440)"
+    # one error: confirmed while the gap is within 5% of min W2 (0.015, t - 12 < 4.29);
+    # the sum of both stays above the gap to the end
+    assert one[1] == 16.25 and both[1] == 20.0

@@ -852,15 +852,17 @@ def _on(d: dict, times) -> np.ndarray:
 
 def confirmation_row(label, tokens, previous, fine, coarse, t_handoff, probes) -> list:
     """The finest rule against the finest cells: the gap (larger of the two W2 curves) at the
-    ``probes`` times, each method's error there (tokens: against the previous rule; cells:
-    against the coarser cells), and the last time after the handoff up to which the gap stays
-    within the summed errors or the threshold (CONVERGED_FRACTION of min W2), whichever is
-    larger: the tokens confirm the cells up to there."""
+    ``probes`` times, each method's error there (tokens: against the previous rule, summed
+    over each refinement when ``previous`` is a list of them; cells: against the coarser
+    cells), and the last time after the handoff up to which the gap stays within the summed
+    errors or the threshold (CONVERGED_FRACTION of min W2), whichever is larger: the tokens
+    confirm the cells up to there."""
     t = fine["times"][(fine["times"] >= t_handoff) & (fine["times"] <= tokens["times"][-1])]
     t = t[np.isin(np.round(t, 9), np.round(coarse["times"], 9))]
     gap = np.abs(_on(tokens, t) - _on(fine, t)).max(axis=0)
-    err = (np.abs(_on(tokens, t) - _on(previous, t)).max(axis=0)
-           + np.abs(_on(fine, t) - _on(coarse, t)).max(axis=0))
+    err = sum(np.abs(_on(tokens, t) - _on(p, t)).max(axis=0)
+              for p in (previous if isinstance(previous, list) else [previous]))
+    err = err + np.abs(_on(fine, t) - _on(coarse, t)).max(axis=0)
     bad = np.flatnonzero(gap > np.maximum(err, CONVERGED_FRACTION * float(np.min(tokens["w2"]))))
     until = (float(t[-1]) if not bad.size else float(t[bad[0] - 1]) if bad[0] > 0
              else "not at the handoff")
@@ -900,14 +902,19 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
 
 def levels_confirmations(plan, runs, chains, cells) -> list:
     """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
-    the same state."""
+    the same state; the tokens' error of a whole-sphere rule with q' > 1 per cap sums its
+    two refinements, in d_min and in q' (q' - 1 at the same d_min)."""
     rows = []
     for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
-        if runs.get(n) is not None and cells.get(n) is not None:
-            rows.append(confirmation_row(
-                f"n = {n}, 3D ({_across(*variant)}, "
-                f"{step.d_min:.0e}): cells {2 * n} from its state "
-                f"(vs {n})", tok, prev, runs[n], cells[n], plan.t_handoff, PROBES))
+        if runs.get(n) is None or cells.get(n) is None:
+            continue
+        refs, also = [prev], ""
+        fewer = dict(chains[n]).get(Step(n, step.d_min, levels=step.levels, caps=step.caps - 1))
+        if step.caps > 1 and fewer is not None:
+            refs, also = [prev, fewer], f"; tokens' error also vs {step.caps - 1} per cap"
+        rows.append(confirmation_row(
+            f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
+            f"state (vs {n}){also}", tok, refs, runs[n], cells[n], plan.t_handoff, PROBES))
     return rows
 
 
