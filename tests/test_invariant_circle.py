@@ -272,7 +272,7 @@ def test_a_whole_sphere_chain_stops_at_its_own_d_min():
         None, (1, 0.0), (1, 1e-3), (1, 1e-4), None, (3, 0.0), (3, 1e-3)]
 
 
-def test_caps_table_compares_every_q_at_the_finest_d_min_they_share():
+def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():
     plan = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, t_handoff=3.0, t_end=8.0)
     t = np.linspace(0.0, 8.0, 33)
     fine = {"times": t[t >= 3.0], "w2": 0.1 + 0 * t[t >= 3.0], "w2_term": 0.5 + 0 * t[t >= 3.0]}
@@ -284,12 +284,18 @@ def test_caps_table_compares_every_q_at_the_finest_d_min_they_share():
              (ic.Step(8, 1e-3, levels=2, caps=1), off(0.03, -0.01)),
              (ic.Step(8, 1e-4, levels=2, caps=1), off(0.02, 0.0)),
              (ic.Step(8, 1e-3, levels=2, caps=2), off(-0.01, 0.02)),
-             (ic.Step(8, 1e-4, levels=2, caps=2), None)]   # not computed
+             (ic.Step(8, 1e-4, levels=2, caps=2), None),   # not computed: q' = 2 stops
+             (ic.Step(8, 1e-3, levels=2, caps=3), off(0.0, 0.0)),
+             (ic.Step(8, 1e-4, levels=2, caps=3), off(0.0, -0.005)),
+             (ic.Step(8, 1e-5, levels=2, caps=3), off(0.0, 0.0))]   # q' = 3's alone
     caps, rows = ic.caps_table(plan, {8: fine}, {8: chain}, {8: off(0.004, 0.0)})
-    assert caps == [1, 2]
-    assert [r[3] for r in rows] == [3.0, 5.0, 7.0]
-    # 1e-4 is computed for q' = 1 only: both compared at 1e-3
-    assert rows[0] == [8, 2, "1e-03", 3.0, "0.0040", "0.0300 (+0.0300)", "0.0200 (-0.0100)"]
+    assert caps == [1, 2, 3]
+    assert [(r[2], r[3]) for r in rows] == [(d, t) for d in ("1e-03", "1e-04")
+                                            for t in (3.0, 5.0, 7.0)]
+    assert rows[0] == [8, 2, "1e-03", 3.0, "0.0040", "0.0300 (+0.0300)", "0.0200 (-0.0100)",
+                       "0.0000 (+0.0000)"]
+    assert rows[3] == [8, 2, "1e-04", 3.0, "0.0040", "0.0200 (+0.0200)", "-",
+                       "0.0050 (+0.0000)"]
 
 
 def test_a_confirmation_sums_the_tokens_errors_over_their_refinements():
