@@ -234,7 +234,7 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
             sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8),
-            whole=((64, ((2, 1), (2, 2), (2, 3, 1e-8), (2, 4, 1e-8), (2, 6, 1e-4))),),
+            whole=((64, ((2, 1), (2, 2), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
 
 
