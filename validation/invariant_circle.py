@@ -225,8 +225,6 @@ def _fresh(rules) -> list[tuple]:
     return [(s, rules[j - 1] if j else None, "located") for j, s in enumerate(rules)]
 
 
-# The chains with more nodes per cap stop early, where q' = 1 and 2 show the rule settled
-# within 5e-4 of their finest: 1e-7 (and 1e-8 for its own check) up to t = 26, 1e-4 up to 20
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
@@ -234,6 +232,8 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
             sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8),
+            # more nodes per cap stop early, where q' = 1 and 2 show the rule settled within
+            # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20
             whole=((64, ((2, 1), (2, 2), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
 
