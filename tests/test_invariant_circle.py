@@ -306,7 +306,7 @@ def test_a_confirmation_sums_the_tokens_errors_over_their_refinements():
 
     cells, coarse, tokens = run(0.0), run(0.0), run(0.0035)  # gap 0.0035 (t - 12)
     by_d_min, by_q = run(0.0025), run(0.008)                  # errors 0.001, 0.0045 (t - 12)
-    one = ic.confirmation_row("x", tokens, by_d_min, cells, coarse, 12.0, [20.0])
+    one = ic.confirmation_row("x", tokens, [by_d_min], cells, coarse, 12.0, [20.0])
     both = ic.confirmation_row("x", tokens, [by_d_min, by_q], cells, coarse, 12.0, [20.0])
     assert one[2] == "0.0280 (0.0080)" and both[2] == "0.0280 (0.0440)"
     # one error: confirmed while the gap is within 5% of min W2 (0.015, t - 12 < 4.29);

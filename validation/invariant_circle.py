@@ -855,17 +855,16 @@ def _on(d: dict, times) -> np.ndarray:
 
 def confirmation_row(label, tokens, previous, fine, coarse, t_handoff, probes) -> list:
     """The finest rule against the finest cells: the gap (larger of the two W2 curves) at the
-    ``probes`` times, each method's error there (tokens: against the previous rule, summed
-    over each refinement when ``previous`` is a list of them; cells: against the coarser
-    cells), and the last time after the handoff up to which the gap stays within the summed
-    errors or the threshold (CONVERGED_FRACTION of min W2), whichever is larger: the tokens
-    confirm the cells up to there."""
+    ``probes`` times, each method's error there (tokens: against each rule in ``previous``,
+    one per refinement, summed; cells: against the coarser cells), and the last time after
+    the handoff up to which the gap stays within the summed errors or the threshold
+    (CONVERGED_FRACTION of min W2), whichever is larger: the tokens confirm the cells up to
+    there."""
     t = fine["times"][(fine["times"] >= t_handoff) & (fine["times"] <= tokens["times"][-1])]
     t = t[np.isin(np.round(t, 9), np.round(coarse["times"], 9))]
     gap = np.abs(_on(tokens, t) - _on(fine, t)).max(axis=0)
-    err = sum(np.abs(_on(tokens, t) - _on(p, t)).max(axis=0)
-              for p in (previous if isinstance(previous, list) else [previous]))
-    err = err + np.abs(_on(fine, t) - _on(coarse, t)).max(axis=0)
+    err = sum(np.abs(_on(a, t) - _on(b, t)).max(axis=0)
+              for a, b in [(tokens, p) for p in previous] + [(fine, coarse)])
     bad = np.flatnonzero(gap > np.maximum(err, CONVERGED_FRACTION * float(np.min(tokens["w2"]))))
     until = (float(t[-1]) if not bad.size else float(t[bad[0] - 1]) if bad[0] > 0
              else "not at the handoff")
@@ -885,7 +884,7 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
         if len(graded) >= 2 and fine is not None and coarse is not None:
             rows.append(confirmation_row(
                 f"n = {n}: cells n = {LATE_CELLS[1]} from rho_0 (vs {LATE_CELLS[0]})",
-                graded[-1], graded[-2], fine, coarse, plan.t_handoff, PROBES))
+                graded[-1], [graded[-2]], fine, coarse, plan.t_handoff, PROBES))
     for n, run in runs.items():
         graded = [d for s, d in chains.get(n, []) if d is not None and not s.repeat]
         if run is None or cells.get(n) is None:
@@ -894,11 +893,11 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
         reached = f", reached t = {float(run['times'][-1]):g}" if "partial" in run else ""
         if len(graded) >= 2:
             rows.append(confirmation_row(f"n = {n}: cells {2 * n} from its state (vs {n})"
-                                         + reached, graded[-1], graded[-2], run, cells[n],
+                                         + reached, graded[-1], [graded[-2]], run, cells[n],
                                          plan.t_handoff, PROBES))
             rows.append(confirmation_row(f"n = {n}: cells {n}, {2 * n} from its state, "
                                          "extrapolated at first order (bar: the correction)"
-                                         + reached, graded[-1], graded[-2], limits[n], run,
+                                         + reached, graded[-1], [graded[-2]], limits[n], run,
                                          plan.t_handoff, PROBES))
     return rows, finer, limits
 
@@ -912,8 +911,9 @@ def levels_confirmations(plan, runs, chains, cells) -> list:
         if runs.get(n) is None or cells.get(n) is None:
             continue
         refs, also = [prev], ""
-        fewer = dict(chains[n]).get(Step(n, step.d_min, levels=step.levels, caps=step.caps - 1))
-        if step.caps > 1 and fewer is not None:
+        fewer = step.caps > 1 and dict(chains[n]).get(
+            Step(n, step.d_min, levels=step.levels, caps=step.caps - 1))
+        if fewer:
             refs, also = [prev, fewer], f"; tokens' error also vs {step.caps - 1} per cap"
         rows.append(confirmation_row(
             f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
@@ -1126,9 +1126,8 @@ def _levels_text(plan, runs, chains, cells) -> list[str]:
             "The caps' z-resolution: the whole-sphere chains (q across the band, q' per cap) "
             "side by side at each d_min where one of them stops, against the cells at 2n "
             f"from the same state every {FINER_EVERY:g} time units: the larger gap over the "
-            "two W2 curves "
-            "and, in brackets, the signed gap in W2 to Pi#rho_0 (tokens minus cells); the "
-            "cells' own error (2n against n) first:", "",
+            "two W2 curves and, in brackets, the signed gap in W2 to Pi#rho_0 (tokens minus "
+            "cells); the cells' own error (2n against n) first:", "",
             table(rows, ["state n", "q", "d_min", "t", "cells 2n vs n"]
                   + [f"{c} per cap" for c in caps]), ""]
 
