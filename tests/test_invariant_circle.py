@@ -85,6 +85,19 @@ def test_caps_and_band_carry_all_the_mass():
     # the 2-node rule keeps the first moment, which the 1-node rule is
     mean = (north[1] * north[2]).sum(axis=1) / north[2].sum(axis=1)
     np.testing.assert_allclose(mean, -south[1][:, 0], rtol=1e-9)
+    # the cap cut into parts by the count of cell pieces from the band's edge: the parts
+    # share its mass, lie one above the other, mirrored in the south, and the first part of
+    # each meridian is the cell row next to the band
+    for up in (True, False):
+        parts = [ic.cap_tokens(sol, 0, edges, rows, 1, up, p)
+                 for p in ((0, 1), (1, 3), (3, None))]
+        whole = ic.cap_tokens(sol, 0, edges, rows, 1, up)
+        np.testing.assert_allclose(sum(p[2][:, 0] for p in parts), whole[2][:, 0], rtol=1e-12)
+        z = np.column_stack([p[1][:, 0] for p in parts]) * (1 if up else -1)
+        assert np.all(np.diff(z, axis=1) > 0)
+        assert all(np.all(p[2] > 0) for p in parts)
+    lo, hi = ic.band_edges(n, parts[0][0], rows)[:, -1], ic.band_edges(n, parts[0][0], rows + 1)
+    assert np.all((z[:, 0] > lo) & (z[:, 0] < hi[:, -1]))   # the south, mirrored
 
 
 def test_graded_edges_cover_the_circle_and_shrink_toward_the_dividing_points():
@@ -121,7 +134,8 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                    finer_cells=((8, 3.5),), stepping_cells=((8, 3.5, 1e-4),),
                    bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
                    levels=((8, (2,)),), levels_d_mins=(1e-3,), sphere=((8, (2,)),),
-                   sphere_d_mins=(1e-3,), whole=((8, ((2, 1),)),), whole_d_mins=(1e-3,))
+                   sphere_d_mins=(1e-3,), whole=((8, ((2, 1), (2, 1, 0.0, (1,)))),),
+                   whole_d_mins=(1e-3,))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
                                            "graded to 1e-04, tight tolerances",
@@ -133,9 +147,20 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                                            "uniform, 3D: 2 across the band, and 1 per cap off "
                                            "it, graded",
                                            "graded to 1e-03, 3D: 2 across the band, and 1 per "
-                                           "cap off it, graded"]
+                                           "cap off it, graded",
+                                           "uniform, 3D: 2 across the band, and 1 x 2 parts per "
+                                           "cap off it, graded",
+                                           "graded to 1e-03, 3D: 2 across the band, and 1 x 2 "
+                                           "parts per cap off it, graded"]
     (uni, d0), (_, d1), (_, d2), (_, dt), (_, db), (_, u3), (_, g3), (_, gs), (_, uc), (_, gc) = (
-        chain)
+        chain[:10])
+    (_, up), (_, gp) = chain[10:]
+    # each cap in two parts: the band's levels, then the parts of the north cap and of the
+    # south cap, each its own level with its own points; the caps' mass is the same
+    assert set(up["dividers"][:, 0]) == {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
+    np.testing.assert_array_equal(gp["dividers_in"], up["dividers"])
+    assert int(up["n"]) == 2 * 200 + 4 * ic.CAP_M0
+    assert math.isclose(float(up["marginal_mass"]), float(uc["marginal_mass"]), rel_tol=1e-9)
     # with the caps graded: the band's two levels, then the north and the south cap's, each
     # locating its own points (two a level), the next rule graded about them; all the mass
     assert uc["dividers"].shape == (8, 2) and set(uc["dividers"][:, 0]) == {0.0, 1.0, 2.0, 3.0}
@@ -198,6 +223,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     assert [r[2] for r in rows] == [3.0] and math.isclose(rows[0][3], 0.01, rel_tol=1e-9)
     assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 per cap, vs off band a token per cell |" in text
+    assert "| 8 | 1e-03 | 3D, 2 across + 1 x 2 parts per cap, vs band only |" in text
 
 
 def test_finer_cells_resume_from_their_checkpoint(tmp_path, monkeypatch):
@@ -270,6 +296,23 @@ def test_a_whole_sphere_chain_stops_at_its_own_d_min():
     # each graded from the rule before it in its own chain
     assert [p and (p.caps, p.d_min) for _, _, p in steps] == [
         None, (1, 0.0), (1, 1e-3), (1, 1e-4), None, (3, 0.0), (3, 1e-3)]
+    # a stop alone leaves the cap whole (one Gauss rule to the pole); parts come after it
+    assert all(s.cap_parts == () for s, _, _ in plan.chain(8))
+    parts = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, whole_d_mins=(1e-3, 1e-4),
+                    whole=((8, ((2, 1, 1e-3, (2, 6)),)),))
+    assert [(s.d_min, s.cap_parts) for s, _, _ in parts.chain(8) if s.caps] == [
+        (0.0, (2, 6)), (1e-3, (2, 6))]
+
+
+def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
+    parts = ic.Step(64, 1e-3, levels=2, caps=2, cap_parts=(2, 6, 14))
+    assert parts.n_levels == 2 + 2 * 2 * 4 and parts.per_cap == "2 x 4 parts per cap"
+    assert parts.name.endswith("_z2_caps2_parts2-6-14")
+    # one node fewer per part, then one Gauss rule over the cap with as many nodes
+    one = parts.z_coarser
+    assert (one.caps, one.cap_parts, one.d_min, one.levels) == (1, (2, 6, 14), 1e-3, 2)
+    assert (one.z_coarser.caps, one.z_coarser.cap_parts) == (4, ())
+    assert ic.Step(64, 1e-3, levels=2, caps=1).z_coarser is None
 
 
 def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():
@@ -289,7 +332,7 @@ def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():
              (ic.Step(8, 1e-4, levels=2, caps=3), off(0.0, -0.005)),
              (ic.Step(8, 1e-5, levels=2, caps=3), off(0.0, 0.0))]   # q' = 3's alone
     caps, rows = ic.caps_table(plan, {8: fine}, {8: chain}, {8: off(0.004, 0.0)})
-    assert caps == [1, 2, 3]
+    assert caps == ["1 per cap", "2 per cap", "3 per cap"]
     assert [(r[2], r[3]) for r in rows] == [(d, t) for d in ("1e-03", "1e-04")
                                             for t in (3.0, 5.0, 7.0)]
     assert rows[0] == [8, 2, "1e-03", 3.0, "0.0040", "0.0300 (+0.0300)", "0.0200 (-0.0100)",

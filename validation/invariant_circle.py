@@ -35,7 +35,9 @@ Per cell resolution n (the finite volumes' state at t = 12):
 - the same chain over the whole sphere: the band's q levels and, in each cap off the band
   (north and south of it, to the poles), q' levels at the Gauss nodes in z of the cap's
   mass, over the pieces of each meridian that lie in one cell, every level graded about its
-  own dividing points, for q' = 1 and 2;
+  own dividing points, for q' = 1 to 5; and with each cap cut into parts at counts of cell
+  pieces from the band's edge, q' Gauss nodes in each part (a composite rule in z, refined
+  toward the edge, where the attention weight on the cap's mass is largest), for q' = 1, 2;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
   resumable), and the first-order extrapolation of the cells at n and 2n.
 
@@ -54,7 +56,7 @@ import functools
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -102,6 +104,11 @@ FINER_EVERY = 2.0
 TIGHT = (1e-8, 1e-11)
 
 
+def per_cap(caps: int, parts: tuple = ()) -> str:
+    """The caps' z-rule in words: q' per cap, or q' in each of its parts."""
+    return f"{caps} per cap" if not parts else f"{caps} x {len(parts) + 1} parts per cap"
+
+
 @dataclass(frozen=True)
 class Step:
     n: int              # cells per cube-face edge
@@ -111,6 +118,9 @@ class Step:
     levels: int = 0      # 0: on the circle; q: in 3D, q tokens across the band per interval
     sphere: bool = False  # in 3D, the cells off the band too, a token each
     caps: int = 0        # in 3D, q' tokens per interval in each cap off the band, graded too
+    #: in 3D, each cap cut into parts at these counts of cell pieces from the band's edge
+    #: (ascending; () one part to the pole), q' tokens per interval in each part
+    cap_parts: tuple = ()
 
     @property
     def repeat(self) -> bool:
@@ -124,7 +134,8 @@ class Step:
         return (f"R1_circle_beta={BETA:g}_n={self.n}_{tag}" + ("_tight" if self.tight else "")
                 + (f"_m0={self.m0}" if self.m0 else "")
                 + (f"_z{self.levels}" if self.levels else "") + ("_sphere" if self.sphere else "")
-                + (f"_caps{self.caps}" if self.caps else ""))
+                + (f"_caps{self.caps}" if self.caps else "")
+                + ("_parts" + "-".join(map(str, self.cap_parts)) if self.cap_parts else ""))
 
     @property
     def label(self) -> str:
@@ -133,13 +144,28 @@ class Step:
                 + (f", {self.m0} uniform intervals" if self.m0 else "")
                 + (f", 3D: {self.levels} across the band" if self.levels else "")
                 + (", and the cells off it" if self.sphere else "")
-                + (f", and {self.caps} per cap off it, graded" if self.caps else ""))
+                + (f", and {self.per_cap} off it, graded" if self.caps else ""))
+
+    @property
+    def per_cap(self) -> str:
+        return per_cap(self.caps, self.cap_parts)
+
+    @property
+    def z_coarser(self):
+        """The caps' next coarser z-rule at the same d_min: one node fewer per cap or per
+        part; with one per part, one Gauss rule over the cap with as many nodes (None: one
+        node per cap, no coarser rule)."""
+        if self.caps > 1:
+            return replace(self, caps=self.caps - 1)
+        if self.cap_parts:
+            return replace(self, caps=len(self.cap_parts) + 1, cap_parts=())
+        return None
 
     @property
     def n_levels(self) -> int:
         """Levels graded each about its own dividing points: the band's, then the caps'
         (north, then south); 1 on the circle."""
-        return max(1, self.levels + 2 * self.caps)
+        return max(1, self.levels + 2 * self.caps * (len(self.cap_parts) + 1))
 
 
 @dataclass(frozen=True)
@@ -174,10 +200,11 @@ class Plan:
     #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
     sphere: tuple = ()
     sphere_d_mins: tuple = ()
-    #: (n, ((q, q'[, d_min]), ...)): 3D chains over the whole sphere, uniform then over
-    #: whole_d_mins (down to d_min where given): the band's q levels and, in each cap off the
-    #: band (from the band's edge to the pole), q' levels at the Gauss nodes in z of the cap's
-    #: mass over each interval (CAP_M0 uniform intervals), every level graded about its own
+    #: (n, ((q, q'[, d_min[, parts]]), ...)): 3D chains over the whole sphere, uniform then
+    #: over whole_d_mins (down to d_min where given): the band's q levels and, in each cap off
+    #: the band (from the band's edge to the pole, or in each of its parts: Step.cap_parts),
+    #: q' levels at the Gauss nodes in z of the mass over each interval (CAP_M0 uniform
+    #: intervals), every level graded about its own
     #: dividing points: as one token per cell the mass off the band is not graded, and its
     #: own last leavers are cut off
     whole: tuple = ()
@@ -200,9 +227,11 @@ class Plan:
                 out += self._seeded(n, self.sphere_d_mins, self.levels_d_mins,
                                     [{"levels": q, "sphere": True} for q in qs])
         for k, pairs in self.whole:
-            for q, caps, *floor in pairs if k == n else ():
-                d_mins = [d for d in self.whole_d_mins if d >= min(floor, default=0.0)]
-                out += _fresh([Step(n, d, levels=q, caps=caps) for d in (0.0, *d_mins)])
+            for q, caps, *rest in pairs if k == n else ():
+                floor, parts = rest[0] if rest else 0.0, tuple(rest[1:2] and rest[1])
+                d_mins = [d for d in self.whole_d_mins if d >= floor]
+                out += _fresh([Step(n, d, levels=q, caps=caps, cap_parts=parts)
+                               for d in (0.0, *d_mins)])
         return out
 
     def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
@@ -232,9 +261,12 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
             sphere=((64, (2,)),), sphere_d_mins=(1e-6, 1e-7, 1e-8),
-            # more nodes per cap stop early, where q' = 1 and 2 show the rule settled within
-            # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20
-            whole=((64, ((2, 1), (2, 2), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4))),),
+            # q' = 2 stops where its rules agree over the whole window (from 1e-9 on); more
+            # nodes per cap stop earlier, where q' = 1 and 2 show the rule settled within
+            # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20;
+            # the composite z-rule: parts of about a quarter of the cap's mass each
+            whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
+                         (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
 
 
@@ -315,15 +347,18 @@ def meridian_edges(n: int, theta) -> np.ndarray:
     return np.hstack([-ends, z[:, :width], ends])
 
 
-def cap_column(sol, k: int, theta, rows: int, north: bool):
+def cap_column(sol, k: int, theta, rows: int, north: bool, part=(0, None)):
     """The mass off the band (``rows`` rows a side) on the meridians at angles ``theta``, from
     the band's edge to the north or south pole: (z, m) as :func:`column`'s, over the pieces
-    of the meridian in one cell each (:func:`meridian_edges`)."""
+    of the meridian in one cell each (:func:`meridian_edges`); only the pieces whose count
+    from the band's edge (0 the nearest) lies in [part[0], part[1]) (None: to the pole)."""
     theta = np.asarray(theta, dtype=float)
     edge = band_edges(sol.mesh.n, theta, rows)[:, -1 if north else 0, None]
     ze = meridian_edges(sol.mesh.n, theta)
     lo, hi = ze[:, :-1], ze[:, 1:]
     mine = lo >= edge - 1e-12 if north else hi <= edge + 1e-12
+    rank = np.cumsum(mine, axis=1) if north else np.cumsum(mine[:, ::-1], axis=1)[:, ::-1]
+    mine &= (rank > part[0]) & ((rank <= part[1]) if part[1] is not None else True)
     used = mine.any(axis=0)
     lo, hi = np.where(mine, lo, 0.0)[:, used], np.where(mine, hi, 0.0)[:, used]
     return _z_rule(sol, k, theta, lo, hi)
@@ -407,10 +442,10 @@ def band_tokens(sol, k: int, edges, rows: int, q: int):
     return _interval_tokens(lambda at: column(sol, k, at, rows), edges, q)
 
 
-def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool):
-    """:func:`band_tokens` for the mass of the north or south cap off the band
-    (:func:`cap_column`)."""
-    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north), edges, q)
+def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, part=(0, None)):
+    """:func:`band_tokens` for the mass of the north or south cap off the band, or of one part
+    of it (:func:`cap_column`)."""
+    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north, part), edges, q)
 
 
 def _interval_tokens(columns, edges, q: int):
@@ -513,17 +548,18 @@ def levels_tokens(state, step: Step, dividers, m0: int, band: int):
     """The 3D rule's tokens: (angles, positions (N, 3), masses, level): level j < q holds the
     j-th z-node in the band of each interval of its own edges, graded about its own dividing
     points (``dividers``: (level, angle) pairs); the caps' levels follow, north then south,
-    each with CAP_M0 uniform intervals."""
-    parts = []
-    for lev in range(step.levels + 2 * step.caps):
+    part by part from the band's edge, each with CAP_M0 uniform intervals."""
+    parts, bounds = [], (0, *step.cap_parts, None)
+    for lev in range(step.n_levels):
         mine = [s for j, s in dividers if j == lev]
         if lev < step.levels:
             j, (theta, z, m) = lev, band_tokens(state, 0, graded_edges(m0, mine, step.d_min),
                                                  band, step.levels)
         else:
-            cap, j = divmod(lev - step.levels, step.caps)
+            cap, rest = divmod(lev - step.levels, step.caps * (len(bounds) - 1))
+            part, j = divmod(rest, step.caps)
             theta, z, m = cap_tokens(state, 0, graded_edges(CAP_M0, mine, step.d_min), band,
-                                     step.caps, north=cap == 0)
+                                     step.caps, cap == 0, bounds[part:part + 2])
         parts.append((theta, z[:, j], m[:, j], np.full(len(theta), lev)))
     theta, z, w, level = (np.concatenate(a) for a in zip(*parts, strict=True))
     keep = w > 0
@@ -550,6 +586,8 @@ def spec_of(step: Step, dividers, plan: Plan) -> dict:
         spec["sphere"] = True
     if step.caps:
         spec.update(caps=step.caps, cap_m0=CAP_M0)
+    if step.cap_parts:
+        spec["cap_parts"] = list(step.cap_parts)
     return spec
 
 
@@ -735,26 +773,26 @@ def stepping_table(plan, stepping, chains, cells) -> list:
 
 
 def finest_levels(chains) -> dict:
-    """{(n, q, with the cells off the band, q' per cap): (the finest computed 3D rule, the one
-    before it, the circle's rule of the same d_min, the finest rule's step)} for the 3D
-    chains with two rules computed."""
+    """{(n, q, with the cells off the band, q' per cap, its parts): (the finest computed 3D
+    rule, the one before it, the circle's rule of the same d_min, the finest rule's step)}
+    for the 3D chains with two rules computed."""
     out = {}
     for n, chain in chains.items():
         done, groups = {s: d for s, d in chain if d is not None}, {}
         for s in done:
             if s.levels:
-                groups.setdefault((s.levels, s.sphere, s.caps), []).append(s)
-        for (q, whole, caps), steps in groups.items():
+                groups.setdefault((s.levels, s.sphere, s.caps, s.cap_parts), []).append(s)
+        for variant, steps in groups.items():
             flat = done.get(Step(n, steps[-1].d_min))
             if len(steps) >= 2 and flat is not None:
-                out[n, q, whole, caps] = (done[steps[-1]], done[steps[-2]], flat, steps[-1])
+                out[(n, *variant)] = (done[steps[-1]], done[steps[-2]], flat, steps[-1])
     return out
 
 
-def _across(q: int, whole: bool, caps: int) -> str:
-    """A 3D chain's short name: q across the band, with the cells off it or q' per cap."""
+def _across(q: int, whole: bool, caps: int, parts: tuple = ()) -> str:
+    """A 3D chain's short name: q across the band, with the cells off it or the caps' rule."""
     return (f"{q} across" + (" + off band" if whole else "")
-            + (f" + {caps} per cap" if caps else ""))
+            + (f" + {per_cap(caps, parts)}" if caps else ""))
 
 
 def levels_finer_table(plan, runs, chains, cells) -> list:
@@ -777,18 +815,20 @@ def levels_finer_table(plan, runs, chains, cells) -> list:
 
 
 def caps_table(plan, runs, chains, cells) -> tuple[list, list]:
-    """The caps' z-resolution, as (q' per cap, rows): every FINER_EVERY time units, the
-    whole-sphere chains of each band q against the cells at 2n from the same state, at each
-    d_min that is some chain's finest and that two chains or more computed (the chains that
-    did, side by side): the larger gap over the two W2 curves and, in brackets, the signed
-    gap in W2 to Pi#rho_0 (tokens minus cells: positive, the tokens ahead); before them the
-    cells' own error (2n against n run on)."""
+    """The caps' z-resolution, as (the caps' rules in words, rows): every FINER_EVERY time
+    units, the whole-sphere chains of each band q against the cells at 2n from the same
+    state, at each d_min that is some chain's finest and that two chains or more computed
+    (the chains that did, side by side): the larger gap over the two W2 curves and, in
+    brackets, the signed gap in W2 to Pi#rho_0 (tokens minus cells: positive, the tokens
+    ahead); before them the cells' own error (2n against n run on)."""
     found = {}
     for n, chain in chains.items():
         for s, d in chain:
             if s.caps and s.d_min and d is not None:
-                found.setdefault((n, s.levels), {}).setdefault(s.caps, {})[s.d_min] = d
-    caps = sorted({c for by in found.values() for c in by})
+                rule = s.caps, s.cap_parts
+                found.setdefault((n, s.levels), {}).setdefault(rule, {})[s.d_min] = d
+    caps = sorted({c for by in found.values() for c in by},
+                  key=lambda c: (c[0] * (len(c[1]) + 1), c[1]))
     rows = []
     for (n, q), by in sorted(found.items()):
         if runs.get(n) is None or cells.get(n) is None:
@@ -806,7 +846,7 @@ def caps_table(plan, runs, chains, cells) -> tuple[list, list]:
                         for c in caps]
                 rows.append([n, q, f"{d_min:.0e}", float(tk),
                              f"{np.abs(own[:, k] - fine[:, k]).max():.4f}"] + gaps)
-    return caps, rows
+    return [per_cap(*c) for c in caps], rows
 
 
 def joined(before: dict, after: dict, t_handoff: float) -> dict:
@@ -904,17 +944,16 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
 
 def levels_confirmations(plan, runs, chains, cells) -> list:
     """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
-    the same state; the tokens' error of a whole-sphere rule with q' > 1 per cap sums its
-    two refinements, in d_min and in q' (q' - 1 at the same d_min)."""
+    the same state; the tokens' error of a whole-sphere rule sums its two refinements, in
+    d_min and in the caps' z-rule (:attr:`Step.z_coarser` at the same d_min)."""
     rows = []
     for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
         if runs.get(n) is None or cells.get(n) is None:
             continue
         refs, also = [prev], ""
-        fewer = step.caps > 1 and dict(chains[n]).get(
-            Step(n, step.d_min, levels=step.levels, caps=step.caps - 1))
+        fewer = step.z_coarser and dict(chains[n]).get(step.z_coarser)
         if fewer:
-            refs, also = [prev, fewer], f"; tokens' error also vs {step.caps - 1} per cap"
+            refs, also = [prev, fewer], f"; tokens' error also vs {step.z_coarser.per_cap}"
         rows.append(confirmation_row(
             f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
             f"state (vs {n}){also}", tok, refs, runs[n], cells[n], plan.t_handoff, PROBES))
@@ -1004,7 +1043,7 @@ def levels_table(chains, t_handoff: float) -> list:
     """Per 3D rule (:func:`_pair_row`): against the rule on the circle of the same d_min and
     against the 3D rule with the most nodes fewer across the band; with the cells off the
     band, against the same rule without them; with the caps graded, against the band only,
-    the cells off it as tokens, and one node fewer per cap."""
+    the cells off it as tokens, and the caps' next coarser z-rule (:attr:`Step.z_coarser`)."""
     rows = []
     for n, chain in chains.items():
         done = {s: d for s, d in chain if d is not None}
@@ -1013,8 +1052,7 @@ def levels_table(chains, t_handoff: float) -> list:
                 refs = [(Step(n, step.d_min, levels=step.levels), "band only"),
                         (Step(n, step.d_min, levels=step.levels, sphere=True),
                          "off band a token per cell")] + (
-                    [(Step(n, step.d_min, levels=step.levels, caps=step.caps - 1),
-                      f"{step.caps - 1} per cap")] if step.caps > 1 else [])
+                    [(step.z_coarser, step.z_coarser.per_cap)] if step.z_coarser else [])
             elif step.sphere:
                 refs = [(Step(n, step.d_min, levels=step.levels), "band only")]
             else:
@@ -1025,7 +1063,8 @@ def levels_table(chains, t_handoff: float) -> list:
                     if fewer else [])
             for ref, what in refs:
                 if ref in done:
-                    label = f"3D, {_across(step.levels, step.sphere, step.caps)}, vs {what}"
+                    name = _across(step.levels, step.sphere, step.caps, step.cap_parts)
+                    label = f"3D, {name}, vs {what}"
                     rows.append(_pair_row(n, step.d_min, label, done[ref], done[step],
                                           t_handoff))
     return rows
@@ -1056,15 +1095,13 @@ def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None, 
             after = d["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
                 ax.plot(d["times"][after], d[key][after], color=col, lw=1, label=step.label)
-        for (k, q, whole, caps), (d, *_) in sorted((levels or {}).items(),
-                                                   key=lambda kv: kv[0]):
-            if k != n:
-                continue
+        mine = sorted(((v, d) for (k, *v), (d, *_) in (levels or {}).items() if k == n),
+                      key=lambda vd: vd[0])
+        for i, (variant, d) in enumerate(mine):
             after = d["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
-                ax.plot(d["times"][after], d[key][after],
-                        color=f"C{(q + 3 * whole + 2 * caps) % 10}", ls="--", lw=1.2,
-                        label=f"3D, {_across(q, whole, caps)} (finest rule)")
+                ax.plot(d["times"][after], d[key][after], color=f"C{i % 10}", ls="--", lw=1.2,
+                        label=f"3D, {_across(*variant)} (finest rule)")
         if cells.get(n) is not None:
             after = cells[n]["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
@@ -1129,7 +1166,7 @@ def _levels_text(plan, runs, chains, cells) -> list[str]:
             "two W2 curves and, in brackets, the signed gap in W2 to Pi#rho_0 (tokens minus "
             "cells); the cells' own error (2n against n) first:", "",
             table(rows, ["state n", "q", "d_min", "t", "cells 2n vs n"]
-                  + [f"{c} per cap" for c in caps]), ""]
+                  + caps), ""]
 
 
 def report(plan: Plan, store: Path, name: str, folder=OUT):
