@@ -224,6 +224,11 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 per cap, vs off band a token per cell |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 x 2 parts per cap, vs band only |" in text
+    # the caps' top node: the top part's node lies nearer the pole than the whole cap's one
+    # node (its mean height); the tiny chain ends before the gaps' times, so no gap is given
+    top, fits = ic.top_node_table(plan, {8: fine}, {8: chain}, tmp_path)
+    assert [r[2] for r in top] == ["1 per cap", "1 x 2 parts per cap"] and fits == []
+    assert float(top[0][3]) > float(top[1][3]) > 0 and set(top[0][4:]) == {"-"}
 
 
 def test_finer_cells_resume_from_their_checkpoint(tmp_path, monkeypatch):
@@ -313,6 +318,15 @@ def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
     assert (one.caps, one.cap_parts, one.d_min, one.levels) == (1, (2, 6, 14), 1e-3, 2)
     assert (one.z_coarser.caps, one.z_coarser.cap_parts) == (4, ())
     assert ic.Step(64, 1e-3, levels=2, caps=1).z_coarser is None
+
+
+def test_line_fit_gives_the_slope_and_how_much_of_the_spread_the_line_explains():
+    x = np.log([0.8, 0.4, 0.2, 0.1])
+    slope, r2 = ic.line_fit(x, 0.004 * x + 0.01)
+    assert math.isclose(slope, 0.004, rel_tol=1e-9) and math.isclose(r2, 1.0, rel_tol=1e-12)
+    y = 0.004 * x + np.array([1e-3, -1e-3, 1e-3, -1e-3])
+    slope, r2 = ic.line_fit(x, y)
+    assert 0.5 < r2 < 1.0
 
 
 def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():

@@ -849,6 +849,59 @@ def caps_table(plan, runs, chains, cells) -> tuple[list, list]:
     return [per_cap(*c) for c in caps], rows
 
 
+#: The caps' top node is measured on the meridians this close to the band's dividing point
+#: (at angle TOP_AT), and the gaps at these times, each from the rules graded to this d_min.
+TOP_AT, TOP_NEAR, TOP_GAPS = 1.6, 0.1, ((20.0, 1e-4), (22.0, 1e-6), (24.0, 1e-6))
+
+
+def top_node_table(plan, runs, chains, store: Path) -> tuple[list, list]:
+    """Per caps' z-rule of the whole-sphere chains: how near the north pole its highest node
+    reaches (the median of pi/2 - z over the intervals of CAP_M0 uniform ones within TOP_NEAR
+    of TOP_AT, from n's state at the handoff) and the signed gap in W2 to Pi#rho_0 (tokens
+    minus the cells at 2n) at the TOP_GAPS times; with, per time, the least-squares line of
+    the gap against log(pi/2 - z) and its R^2: (rows, fits)."""
+    found, fits = [], []
+    for n, chain in chains.items():
+        rules = {(s.levels, s.caps, s.cap_parts, s.d_min): d for s, d in chain
+                 if s.caps and d is not None}
+        if runs.get(n) is None or not rules:
+            continue
+        state = cells_state(n, plan.t_handoff, plan.t_end, store)[3]
+        edges = graded_edges(CAP_M0, [], 0.0)
+        for q, caps, parts in sorted({k[:3] for k in rules}, key=lambda k: (k[0], k[1]
+                                                                            * (len(k[2]) + 1))):
+            bounds = (0, *parts, None)
+            theta, z, _ = cap_tokens(state, 0, edges, band_rows(n), caps, True, bounds[-2:])
+            top = float(np.median(math.pi / 2 - z[np.abs(theta - TOP_AT) < TOP_NEAR, -1]))
+            gaps = [_gap(rules.get((q, caps, parts, d)), runs[n], t) for t, d in TOP_GAPS]
+            found.append([n, q, per_cap(caps, parts), top] + gaps)
+    for k, (t, d_min) in enumerate(TOP_GAPS):
+        x, y = np.array([[math.log(r[3]), r[4 + k]] for r in found
+                         if np.isfinite(r[4 + k])] or np.zeros((0, 2))).T
+        if len(x) >= 3:
+            slope, r2 = line_fit(x, y)
+            fits.append([t, f"{d_min:.0e}", len(x), f"{slope:+.5f}", f"{r2:.3f}"])
+    found.sort(key=lambda r: -r[3])
+    rows = [r[:3] + [f"{r[3]:.3f}"] + [f"{g:+.4f}" if np.isfinite(g) else "-" for g in r[4:]]
+            for r in found]
+    return rows, fits
+
+
+def _gap(tokens, cells, t: float) -> float:
+    """Signed gap in W2 to Pi#rho_0 at t, tokens minus cells (NaN where either is missing or
+    ends before t)."""
+    if tokens is None or t > min(tokens["times"][-1], cells["times"][-1]) + 1e-9:
+        return math.nan
+    return float(_on(tokens, [t])[0, 0] - _on(cells, [t])[0, 0])
+
+
+def line_fit(x, y) -> tuple[float, float]:
+    """The least-squares line's slope of y against x, and its R^2."""
+    slope, icept = np.polyfit(x, y, 1)
+    return float(slope), float(1 - np.sum((y - slope * x - icept) ** 2)
+                               / np.sum((y - np.mean(y)) ** 2))
+
+
 def joined(before: dict, after: dict, t_handoff: float) -> dict:
     """A run's W2 curves and probe columns before the handoff followed by another's from it
     (the finer cells after the cells they started from), as the token rules are."""
@@ -1142,10 +1195,11 @@ m+ delta_v + m- delta_-v) differ by less than {frac:.0%} of min W2. t_rel: the s
 above 1/2 from then on; t_arr: W2 to the terminal measure below 0.1."""
 
 
-def _levels_text(plan, runs, chains, cells) -> list[str]:
+def _levels_text(plan, runs, chains, cells, store: Path) -> list[str]:
     """The report's sections on the 3D chains: each rule against its references, the finest
-    rules against the cells, and the caps' z-resolution."""
+    rules against the cells, and the caps' z-resolution, with its top node."""
     caps, rows = caps_table(plan, runs, chains, cells)
+    top, fits = top_node_table(plan, runs, chains, store)
     return ["Off the circle: the 3D chains (q tokens across the band per interval, at the "
             "Gauss nodes of the band's mass in z, each level graded about its own dividing "
             "points), against the rule on the circle of the same d_min and against q - 1 "
@@ -1166,7 +1220,17 @@ def _levels_text(plan, runs, chains, cells) -> list[str]:
             "two W2 curves and, in brackets, the signed gap in W2 to Pi#rho_0 (tokens minus "
             "cells); the cells' own error (2n against n) first:", "",
             table(rows, ["state n", "q", "d_min", "t", "cells 2n vs n"]
-                  + caps), ""]
+                  + caps), "",
+            "The caps' top node: how near the north pole each caps' z-rule's highest node "
+            f"reaches (median of pi/2 - z over the intervals within {TOP_NEAR:g} rad of "
+            f"theta = {TOP_AT:g}, the band's dividing point, from n's state at the handoff), "
+            "against the signed gap in W2 to Pi#rho_0 (tokens minus the cells at 2n from the "
+            "same state), each time from the rules graded to the d_min beside it in the fit "
+            "below:", "",
+            table(top, ["state n", "q", "caps' z-rule", "pi/2 - top node"]
+                  + [f"gap at t = {t:g}" for t, _ in TOP_GAPS]), "",
+            "The gap against log(pi/2 - top node), least squares over the rules above:", "",
+            table(fits, ["t", "d_min", "rules", "slope", "R^2"]), ""]
 
 
 def report(plan: Plan, store: Path, name: str, folder=OUT):
@@ -1198,7 +1262,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(bulk_table(plan, chains, plan.t_handoff),
                    ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
-             *_levels_text(plan, runs, chains, cells),
+             *_levels_text(plan, runs, chains, cells, store),
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
                                         d) for n, d in finer.items()]
