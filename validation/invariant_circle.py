@@ -6,7 +6,7 @@ invariant and attracts the mass: at beta = 256 every cell with mass at t = 12 li
 few cell rows of it. There the tokens that decide how long the + cluster is held are those
 that leave late from near the dividing trajectory, the point of the circle at which tokens
 part between the two clusters: on their way to the + cluster they pass its attention target,
-where a tail of tiny mass outweighs the cluster (docs/theory.md §3.4). A token at distance d
+where a tail of tiny mass outweighs the cluster (docs/theory.md §3.4.1). A token at distance d
 from the dividing trajectory leaves after about log(1/d) / lambda, so tokens spaced uniformly
 stop feeding the hold at a time that grows like log(1 / spacing): no uniform rule in two
 dimensions can reach the continuum there. On the circle, a rule graded geometrically toward
@@ -1178,12 +1178,13 @@ def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None, 
                             strict=True):
             ax.set_title(f"from the cells' state at n = {n}: {what}", fontsize=9)
             ax.set_xlabel("t")
-        row[0].legend(fontsize=6)
+        # beside the panels: the 3D chains' entries would cover the late curves
+        row[1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
 
 
-INTRO = """Scenario R1 at beta = {beta:g} (docs/theory.md §3.4). The finite volumes at n cells
+INTRO = """Scenario R1 at beta = {beta:g} (docs/theory.md §3.4.1). The finite volumes at n cells
 a face edge to t = {t0:g}; the mass in the cell rows within {rows:g} rad of the invariant
 circle z = 0 collapsed onto it (its marginal, the z-integral of the cells' reconstruction);
 tokens on the circle, run with the plane's 2 x 2 model to t = {t1:g} (the 3D chains: tokens
