@@ -320,12 +320,12 @@ def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
     assert ic.Step(64, 1e-3, levels=2, caps=1).z_coarser is None
 
 
-def test_line_fit_gives_the_slope_and_how_much_of_the_spread_the_line_explains():
+def test_linear_fit_gives_the_slope_and_how_much_of_the_spread_the_line_explains():
     x = np.log([0.8, 0.4, 0.2, 0.1])
-    slope, r2 = ic.line_fit(x, 0.004 * x + 0.01)
+    (slope, _), r2 = ic.linear_fit(x, 0.004 * x + 0.01)
     assert math.isclose(slope, 0.004, rel_tol=1e-9) and math.isclose(r2, 1.0, rel_tol=1e-12)
     y = 0.004 * x + np.array([1e-3, -1e-3, 1e-3, -1e-3])
-    slope, r2 = ic.line_fit(x, y)
+    (slope, _), r2 = ic.linear_fit(x, y)
     assert 0.5 < r2 < 1.0
 
 

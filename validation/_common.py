@@ -17,6 +17,14 @@ from spherepde import io  # noqa: E402
 OUT = Path(__file__).resolve().parent / "output"
 
 
+def linear_fit(x, y):
+    """The least-squares line of y against x, as (its coefficients, highest power first, and
+    its R^2)."""
+    p = np.polyfit(x, y, 1)
+    r2 = 1 - np.sum((y - np.polyval(p, x)) ** 2) / np.sum((y - np.mean(y)) ** 2)
+    return p, float(r2)
+
+
 def table(rows, header) -> str:
     """A markdown table from rows of values (floats formatted to 4 significant digits)."""
     def fmt(v):

@@ -28,7 +28,7 @@ import time
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import publish, table
+from _common import linear_fit, publish, table
 from scipy import integrate
 
 import spherepde as sp
@@ -242,12 +242,6 @@ def floor_fits(cases, ds):
                      f"{k:.3f} ({r2s:.4f})", f"{ratio.min():.3f}–{ratio.max():.3f}",
                      f"{scaled.min():.3f}–{scaled.max():.3f}"))
     return rows
-
-
-def linear_fit(x, y):
-    p = np.polyfit(x, y, 1)
-    r2 = 1 - np.sum((y - np.polyval(p, x)) ** 2) / np.sum((y - y.mean()) ** 2)
-    return p, float(r2)
 
 
 # ---------------------------------------------------------------- §3.6: one cap, two caps

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import OUT, publish, run_key, stored_run, table
+from _common import OUT, linear_fit, publish, run_key, stored_run, table
 from departure import (
     CONVERGED_FRACTION,
     E,
@@ -868,8 +868,7 @@ def top_node_table(plan, runs, chains, store: Path) -> tuple[list, list]:
             continue
         state = cells_state(n, plan.t_handoff, plan.t_end, store)[3]
         edges = graded_edges(CAP_M0, [], 0.0)
-        for q, caps, parts in sorted({k[:3] for k in rules}, key=lambda k: (k[0], k[1]
-                                                                            * (len(k[2]) + 1))):
+        for q, caps, parts in {k[:3] for k in rules}:   # ordered below, by the top node
             bounds = (0, *parts, None)
             theta, z, _ = cap_tokens(state, 0, edges, band_rows(n), caps, True, bounds[-2:])
             top = float(np.median(math.pi / 2 - z[np.abs(theta - TOP_AT) < TOP_NEAR, -1]))
@@ -879,7 +878,7 @@ def top_node_table(plan, runs, chains, store: Path) -> tuple[list, list]:
         x, y = np.array([[math.log(r[3]), r[4 + k]] for r in found
                          if np.isfinite(r[4 + k])] or np.zeros((0, 2))).T
         if len(x) >= 3:
-            slope, r2 = line_fit(x, y)
+            (slope, _), r2 = linear_fit(x, y)
             fits.append([t, f"{d_min:.0e}", len(x), f"{slope:+.5f}", f"{r2:.3f}"])
     found.sort(key=lambda r: -r[3])
     rows = [r[:3] + [f"{r[3]:.3f}"] + [f"{g:+.4f}" if np.isfinite(g) else "-" for g in r[4:]]
@@ -893,13 +892,6 @@ def _gap(tokens, cells, t: float) -> float:
     if tokens is None or t > min(tokens["times"][-1], cells["times"][-1]) + 1e-9:
         return math.nan
     return float(_on(tokens, [t])[0, 0] - _on(cells, [t])[0, 0])
-
-
-def line_fit(x, y) -> tuple[float, float]:
-    """The least-squares line's slope of y against x, and its R^2."""
-    slope, icept = np.polyfit(x, y, 1)
-    return float(slope), float(1 - np.sum((y - slope * x - icept) ** 2)
-                               / np.sum((y - np.mean(y)) ** 2))
 
 
 def joined(before: dict, after: dict, t_handoff: float) -> dict:
