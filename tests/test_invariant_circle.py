@@ -89,7 +89,7 @@ def test_caps_and_band_carry_all_the_mass():
     # share its mass, lie one above the other, mirrored in the south, and the first part of
     # each meridian is the cell row next to the band
     for up in (True, False):
-        parts = [ic.cap_tokens(sol, 0, edges, rows, 1, up, p)
+        parts = [ic.cap_tokens(sol, 0, edges, rows, 1, up, part=p)
                  for p in ((0, 1), (1, 3), (3, None))]
         whole = ic.cap_tokens(sol, 0, edges, rows, 1, up)
         np.testing.assert_allclose(sum(p[2][:, 0] for p in parts), whole[2][:, 0], rtol=1e-12)
@@ -98,6 +98,21 @@ def test_caps_and_band_carry_all_the_mass():
         assert all(np.all(p[2] > 0) for p in parts)
     lo, hi = ic.band_edges(n, parts[0][0], rows)[:, -1], ic.band_edges(n, parts[0][0], rows + 1)
     assert np.all((z[:, 0] > lo) & (z[:, 0] < hi[:, -1]))   # the south, mirrored
+    # cut instead at distances from the pole, through the cells: the parts share the cap's
+    # mass, the uniform density's share of a zone is its area, and the top node of the
+    # zone nearest the pole lies within it
+    cuts = ic.Step(n, 0.0, caps=1, pole_cuts=(0.3, 0.1, 0.01)).cap_bounds
+    assert [b["zone"] for b in cuts] == [(math.pi, 0.3), (0.3, 0.1), (0.1, 0.01), (0.01, 0.0)]
+    for up in (True, False):
+        zones = [ic.cap_tokens(sol, 0, edges, rows, 2, up, **b) for b in cuts]
+        whole = ic.cap_tokens(sol, 0, edges, rows, 1, up)
+        np.testing.assert_allclose(sum(p[2].sum(axis=1) for p in zones), whole[2][:, 0],
+                                   rtol=1e-12)
+        area = 1 - np.cos([0.3, 0.1, 0.01])   # of each polar cap, over the sphere's 2
+        np.testing.assert_allclose([p[2].sum() for p in zones[1:]],
+                                   sol.masses[0].sum() * -np.diff([*area, 0]) / 2, rtol=1e-3)
+        top = math.pi / 2 - zones[-1][1] * (1 if up else -1)
+        assert np.all((top > 0) & (top < 0.01))
 
 
 def test_graded_edges_cover_the_circle_and_shrink_toward_the_dividing_points():
@@ -307,6 +322,10 @@ def test_a_whole_sphere_chain_stops_at_its_own_d_min():
                     whole=((8, ((2, 1, 1e-3, (2, 6)),)),))
     assert [(s.d_min, s.cap_parts) for s, _, _ in parts.chain(8) if s.caps] == [
         (0.0, (2, 6)), (1e-3, (2, 6))]
+    cuts = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, whole_d_mins=(1e-3, 1e-4),
+                   whole=((8, ((2, 1, 1e-3, (), (0.1, 0.01)),)),))
+    assert [(s.d_min, s.cap_parts, s.pole_cuts) for s, _, _ in cuts.chain(8) if s.caps] == [
+        (0.0, (), (0.1, 0.01)), (1e-3, (), (0.1, 0.01))]
 
 
 def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
@@ -318,15 +337,10 @@ def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
     assert (one.caps, one.cap_parts, one.d_min, one.levels) == (1, (2, 6, 14), 1e-3, 2)
     assert (one.z_coarser.caps, one.z_coarser.cap_parts) == (4, ())
     assert ic.Step(64, 1e-3, levels=2, caps=1).z_coarser is None
-
-
-def test_linear_fit_gives_the_slope_and_how_much_of_the_spread_the_line_explains():
-    x = np.log([0.8, 0.4, 0.2, 0.1])
-    (slope, _), r2 = ic.linear_fit(x, 0.004 * x + 0.01)
-    assert math.isclose(slope, 0.004, rel_tol=1e-9) and math.isclose(r2, 1.0, rel_tol=1e-12)
-    y = 0.004 * x + np.array([1e-3, -1e-3, 1e-3, -1e-3])
-    (slope, _), r2 = ic.linear_fit(x, y)
-    assert 0.5 < r2 < 1.0
+    pole = ic.Step(64, 1e-3, levels=2, caps=2, pole_cuts=(0.3, 0.1, 0.03, 0.01))
+    assert pole.n_levels == 2 + 2 * 2 * 5 and pole.per_cap == "2 x 5 parts to the pole per cap"
+    assert pole.name.endswith("_z2_caps2_pole0.3-0.1-0.03-0.01")
+    assert (pole.z_coarser.z_coarser.caps, pole.z_coarser.z_coarser.pole_cuts) == (5, ())
 
 
 def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():

@@ -104,8 +104,11 @@ FINER_EVERY = 2.0
 TIGHT = (1e-8, 1e-11)
 
 
-def per_cap(caps: int, parts: tuple = ()) -> str:
-    """The caps' z-rule in words: q' per cap, or q' in each of its parts."""
+def per_cap(caps: int, parts: tuple = (), cuts: tuple = ()) -> str:
+    """The caps' z-rule in words: q' per cap, or q' in each of its parts (cut at counts of
+    cell pieces from the band's edge, or at distances from the pole)."""
+    if cuts:
+        return f"{caps} x {len(cuts) + 1} parts to the pole per cap"
     return f"{caps} per cap" if not parts else f"{caps} x {len(parts) + 1} parts per cap"
 
 
@@ -121,6 +124,9 @@ class Step:
     #: in 3D, each cap cut into parts at these counts of cell pieces from the band's edge
     #: (ascending; () one part to the pole), q' tokens per interval in each part
     cap_parts: tuple = ()
+    #: in 3D, each cap cut instead at these distances from its pole (rad, descending), so
+    #: that its parts shrink toward the pole; q' tokens per interval in each part
+    pole_cuts: tuple = ()
 
     @property
     def repeat(self) -> bool:
@@ -135,7 +141,9 @@ class Step:
                 + (f"_m0={self.m0}" if self.m0 else "")
                 + (f"_z{self.levels}" if self.levels else "") + ("_sphere" if self.sphere else "")
                 + (f"_caps{self.caps}" if self.caps else "")
-                + ("_parts" + "-".join(map(str, self.cap_parts)) if self.cap_parts else ""))
+                + ("_parts" + "-".join(map(str, self.cap_parts)) if self.cap_parts else "")
+                + ("_pole" + "-".join(f"{d:g}" for d in self.pole_cuts) if self.pole_cuts
+                   else ""))
 
     @property
     def label(self) -> str:
@@ -148,7 +156,22 @@ class Step:
 
     @property
     def per_cap(self) -> str:
-        return per_cap(self.caps, self.cap_parts)
+        return per_cap(*self.cap_rule)
+
+    @property
+    def cap_rule(self) -> tuple:
+        """(q' per part, counts of cell pieces from the band's edge, distances from the pole)
+        at which a cap is cut."""
+        return self.caps, self.cap_parts, self.pole_cuts
+
+    @property
+    def cap_bounds(self) -> list[dict]:
+        """Each part of a cap, from the band's edge up, as :func:`cap_column`'s keywords."""
+        if self.pole_cuts:
+            far = (math.pi, *self.pole_cuts, 0.0)
+            return [{"zone": far[i:i + 2]} for i in range(len(far) - 1)]
+        counts = (0, *self.cap_parts, None)
+        return [{"part": counts[i:i + 2]} for i in range(len(counts) - 1)]
 
     @property
     def z_coarser(self):
@@ -157,15 +180,15 @@ class Step:
         node per cap, no coarser rule)."""
         if self.caps > 1:
             return replace(self, caps=self.caps - 1)
-        if self.cap_parts:
-            return replace(self, caps=len(self.cap_parts) + 1, cap_parts=())
+        if len(self.cap_bounds) > 1:
+            return replace(self, caps=len(self.cap_bounds), cap_parts=(), pole_cuts=())
         return None
 
     @property
     def n_levels(self) -> int:
         """Levels graded each about its own dividing points: the band's, then the caps'
         (north, then south); 1 on the circle."""
-        return max(1, self.levels + 2 * self.caps * (len(self.cap_parts) + 1))
+        return max(1, self.levels + 2 * self.caps * len(self.cap_bounds))
 
 
 @dataclass(frozen=True)
@@ -200,9 +223,10 @@ class Plan:
     #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
     sphere: tuple = ()
     sphere_d_mins: tuple = ()
-    #: (n, ((q, q'[, d_min[, parts]]), ...)): 3D chains over the whole sphere, uniform then
-    #: over whole_d_mins (down to d_min where given): the band's q levels and, in each cap off
-    #: the band (from the band's edge to the pole, or in each of its parts: Step.cap_parts),
+    #: (n, ((q, q'[, d_min[, parts[, cuts]]]), ...)): 3D chains over the whole sphere, uniform
+    #: then over whole_d_mins (down to d_min where given): the band's q levels and, in each
+    #: cap off the band (from the band's edge to the pole, or in each of its parts:
+    #: Step.cap_parts, Step.pole_cuts),
     #: q' levels at the Gauss nodes in z of the mass over each interval (CAP_M0 uniform
     #: intervals), every level graded about its own
     #: dividing points: as one token per cell the mass off the band is not graded, and its
@@ -228,10 +252,10 @@ class Plan:
                                     [{"levels": q, "sphere": True} for q in qs])
         for k, pairs in self.whole:
             for q, caps, *rest in pairs if k == n else ():
-                floor, parts = rest[0] if rest else 0.0, tuple(rest[1:2] and rest[1])
+                floor, parts, cuts = (*rest, *(0.0, (), ())[len(rest):])
                 d_mins = [d for d in self.whole_d_mins if d >= floor]
-                out += _fresh([Step(n, d, levels=q, caps=caps, cap_parts=parts)
-                               for d in (0.0, *d_mins)])
+                out += _fresh([Step(n, d, levels=q, caps=caps, cap_parts=tuple(parts),
+                                    pole_cuts=tuple(cuts)) for d in (0.0, *d_mins)])
         return out
 
     def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
@@ -347,11 +371,12 @@ def meridian_edges(n: int, theta) -> np.ndarray:
     return np.hstack([-ends, z[:, :width], ends])
 
 
-def cap_column(sol, k: int, theta, rows: int, north: bool, part=(0, None)):
+def cap_column(sol, k: int, theta, rows: int, north: bool, part=(0, None), zone=None):
     """The mass off the band (``rows`` rows a side) on the meridians at angles ``theta``, from
     the band's edge to the north or south pole: (z, m) as :func:`column`'s, over the pieces
     of the meridian in one cell each (:func:`meridian_edges`); only the pieces whose count
-    from the band's edge (0 the nearest) lies in [part[0], part[1]) (None: to the pole)."""
+    from the band's edge (0 the nearest) lies in [part[0], part[1]) (None: to the pole), and
+    of those only what lies between the distances ``zone`` = (far, near) from the pole."""
     theta = np.asarray(theta, dtype=float)
     edge = band_edges(sol.mesh.n, theta, rows)[:, -1 if north else 0, None]
     ze = meridian_edges(sol.mesh.n, theta)
@@ -359,6 +384,11 @@ def cap_column(sol, k: int, theta, rows: int, north: bool, part=(0, None)):
     mine = lo >= edge - 1e-12 if north else hi <= edge + 1e-12
     rank = np.cumsum(mine, axis=1) if north else np.cumsum(mine[:, ::-1], axis=1)[:, ::-1]
     mine &= (rank > part[0]) & ((rank <= part[1]) if part[1] is not None else True)
+    if zone is not None:
+        bottom, top = math.pi / 2 - zone[0], math.pi / 2 - zone[1]
+        bottom, top = (bottom, top) if north else (-top, -bottom)
+        lo, hi = np.clip(lo, bottom, top), np.clip(hi, bottom, top)
+        mine &= hi > lo
     used = mine.any(axis=0)
     lo, hi = np.where(mine, lo, 0.0)[:, used], np.where(mine, hi, 0.0)[:, used]
     return _z_rule(sol, k, theta, lo, hi)
@@ -442,10 +472,10 @@ def band_tokens(sol, k: int, edges, rows: int, q: int):
     return _interval_tokens(lambda at: column(sol, k, at, rows), edges, q)
 
 
-def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, part=(0, None)):
+def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, **part):
     """:func:`band_tokens` for the mass of the north or south cap off the band, or of one part
-    of it (:func:`cap_column`)."""
-    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north, part), edges, q)
+    of it (:func:`cap_column`'s keywords)."""
+    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north, **part), edges, q)
 
 
 def _interval_tokens(columns, edges, q: int):
@@ -549,17 +579,17 @@ def levels_tokens(state, step: Step, dividers, m0: int, band: int):
     j-th z-node in the band of each interval of its own edges, graded about its own dividing
     points (``dividers``: (level, angle) pairs); the caps' levels follow, north then south,
     part by part from the band's edge, each with CAP_M0 uniform intervals."""
-    parts, bounds = [], (0, *step.cap_parts, None)
+    parts, bounds = [], step.cap_bounds
     for lev in range(step.n_levels):
         mine = [s for j, s in dividers if j == lev]
         if lev < step.levels:
             j, (theta, z, m) = lev, band_tokens(state, 0, graded_edges(m0, mine, step.d_min),
                                                  band, step.levels)
         else:
-            cap, rest = divmod(lev - step.levels, step.caps * (len(bounds) - 1))
+            cap, rest = divmod(lev - step.levels, step.caps * len(bounds))
             part, j = divmod(rest, step.caps)
             theta, z, m = cap_tokens(state, 0, graded_edges(CAP_M0, mine, step.d_min), band,
-                                     step.caps, cap == 0, bounds[part:part + 2])
+                                     step.caps, cap == 0, **bounds[part])
         parts.append((theta, z[:, j], m[:, j], np.full(len(theta), lev)))
     theta, z, w, level = (np.concatenate(a) for a in zip(*parts, strict=True))
     keep = w > 0
@@ -588,6 +618,8 @@ def spec_of(step: Step, dividers, plan: Plan) -> dict:
         spec.update(caps=step.caps, cap_m0=CAP_M0)
     if step.cap_parts:
         spec["cap_parts"] = list(step.cap_parts)
+    if step.pole_cuts:
+        spec["pole_cuts"] = list(step.pole_cuts)
     return spec
 
 
@@ -781,7 +813,7 @@ def finest_levels(chains) -> dict:
         done, groups = {s: d for s, d in chain if d is not None}, {}
         for s in done:
             if s.levels:
-                groups.setdefault((s.levels, s.sphere, s.caps, s.cap_parts), []).append(s)
+                groups.setdefault((s.levels, s.sphere, *s.cap_rule), []).append(s)
         for variant, steps in groups.items():
             flat = done.get(Step(n, steps[-1].d_min))
             if len(steps) >= 2 and flat is not None:
@@ -789,10 +821,10 @@ def finest_levels(chains) -> dict:
     return out
 
 
-def _across(q: int, whole: bool, caps: int, parts: tuple = ()) -> str:
+def _across(q: int, whole: bool, caps: int, parts: tuple = (), cuts: tuple = ()) -> str:
     """A 3D chain's short name: q across the band, with the cells off it or the caps' rule."""
     return (f"{q} across" + (" + off band" if whole else "")
-            + (f" + {per_cap(caps, parts)}" if caps else ""))
+            + (f" + {per_cap(caps, parts, cuts)}" if caps else ""))
 
 
 def levels_finer_table(plan, runs, chains, cells) -> list:
@@ -825,10 +857,10 @@ def caps_table(plan, runs, chains, cells) -> tuple[list, list]:
     for n, chain in chains.items():
         for s, d in chain:
             if s.caps and s.d_min and d is not None:
-                rule = s.caps, s.cap_parts
+                rule = s.cap_rule
                 found.setdefault((n, s.levels), {}).setdefault(rule, {})[s.d_min] = d
     caps = sorted({c for by in found.values() for c in by},
-                  key=lambda c: (c[0] * (len(c[1]) + 1), c[1]))
+                  key=lambda c: (c[0] * (len(c[1]) + len(c[2]) + 1), c[1], c[2]))
     rows = []
     for (n, q), by in sorted(found.items()):
         if runs.get(n) is None or cells.get(n) is None:
@@ -862,18 +894,19 @@ def top_node_table(plan, runs, chains, store: Path) -> tuple[list, list]:
     the gap against log(pi/2 - z) and its R^2: (rows, fits)."""
     found, fits = [], []
     for n, chain in chains.items():
-        rules = {(s.levels, s.caps, s.cap_parts, s.d_min): d for s, d in chain
+        rules = {(s.levels, s.cap_rule, s.d_min): d for s, d in chain
                  if s.caps and d is not None}
         if runs.get(n) is None or not rules:
             continue
         state = cells_state(n, plan.t_handoff, plan.t_end, store)[3]
         edges = graded_edges(CAP_M0, [], 0.0)
-        for q, caps, parts in {k[:3] for k in rules}:   # ordered below, by the top node
-            bounds = (0, *parts, None)
-            theta, z, _ = cap_tokens(state, 0, edges, band_rows(n), caps, True, bounds[-2:])
+        for q, rule in {k[:2] for k in rules}:   # ordered below, by the top node
+            caps, parts, cuts = rule
+            highest = Step(n, 0.0, caps=caps, cap_parts=parts, pole_cuts=cuts).cap_bounds[-1]
+            theta, z, _ = cap_tokens(state, 0, edges, band_rows(n), caps, True, **highest)
             top = float(np.median(math.pi / 2 - z[np.abs(theta - TOP_AT) < TOP_NEAR, -1]))
-            gaps = [_gap(rules.get((q, caps, parts, d)), runs[n], t) for t, d in TOP_GAPS]
-            found.append([n, q, per_cap(caps, parts), top] + gaps)
+            gaps = [_gap(rules.get((q, rule, d)), runs[n], t) for t, d in TOP_GAPS]
+            found.append([n, q, per_cap(*rule), top] + gaps)
     for k, (t, d_min) in enumerate(TOP_GAPS):
         x, y = np.array([[math.log(r[3]), r[4 + k]] for r in found
                          if np.isfinite(r[4 + k])] or np.zeros((0, 2))).T
@@ -1108,7 +1141,7 @@ def levels_table(chains, t_handoff: float) -> list:
                     if fewer else [])
             for ref, what in refs:
                 if ref in done:
-                    name = _across(step.levels, step.sphere, step.caps, step.cap_parts)
+                    name = _across(step.levels, step.sphere, *step.cap_rule)
                     label = f"3D, {name}, vs {what}"
                     rows.append(_pair_row(n, step.d_min, label, done[ref], done[step],
                                           t_handoff))
