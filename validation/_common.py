@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -19,21 +20,30 @@ OUT = Path(__file__).resolve().parent / "output"
 
 def linear_fit(x, y):
     """The least-squares line of y against x, as (its coefficients, highest power first, and
-    its R^2)."""
+    its R^2); y without spread is fitted exactly by the flat line, R^2 = 1."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     p = np.polyfit(x, y, 1)
-    r2 = 1 - np.sum((y - np.polyval(p, x)) ** 2) / np.sum((y - np.mean(y)) ** 2)
-    return p, float(r2)
+    if np.ptp(y) == 0:   # the residual is rounding only; R^2 would divide it by zero
+        return p, 1.0
+    resid = y - np.polyval(p, x)
+    return p, float(1 - resid @ resid / np.sum((y - y.mean()) ** 2))
 
 
 def table(rows, header) -> str:
-    """A markdown table from rows of values (floats formatted to 4 significant digits)."""
+    """A markdown table from rows of values (floats formatted to 4 significant digits, NaN as
+    a dash, explained under the table)."""
     def fmt(v):
+        if isinstance(v, float) and math.isnan(v):
+            return "–"
         return f"{v:.4g}" if isinstance(v, float) else str(v)
 
+    cells = [[fmt(v) for v in r] for r in rows]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(r) + " |" for r in cells]
     if not rows:   # a bare header reads as a table whose rows were lost
         lines += ["", "*(no rows: nothing of this kind was computed for this run)*"]
+    if any("–" in r for r in cells):
+        lines += ["", "*(–: not reached within the run's window, or not defined for that row)*"]
     return "\n".join(lines)
 
 

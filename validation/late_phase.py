@@ -38,7 +38,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import OUT, table
+from _common import OUT, linear_fit, table
 from low_temperature import (
     _checkpoint,
     _particle_solver,
@@ -618,10 +618,8 @@ def fits(points):
             continue
         row = [*key, len(b), values]
         for x in (np.log(b), b):
-            p = np.polyfit(x, t, 1)
-            r = t - np.polyval(p, x)
-            row += [f"{p[0]:.4g} x + {p[1]:.4g}", 1 - r @ r / max(np.sum((t - t.mean()) ** 2),
-                                                                   1e-300)]
+            p, r2 = linear_fit(x, t)
+            row += [f"{p[0]:.4g} x + {p[1]:.4g}", r2]
         out.append(tuple(row))
     return out
 

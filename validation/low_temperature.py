@@ -39,7 +39,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import OUT, publish, table
+from _common import OUT, linear_fit, publish, table
 
 import spherepde as sp
 from spherepde import io
@@ -762,9 +762,7 @@ def fit_minima(curves: list[Curve], scenario: str):
     if len({p[1] for p in pts}) < MIN_FIT_BETAS:
         return pts, censored, None
     _, b, ts, wm = (np.array(v) for v in zip(*pts, strict=True))
-    p = np.polyfit(np.log(b), ts, 1)
-    resid = ts - np.polyval(p, np.log(b))
-    r2 = 1 - resid @ resid / max(np.sum((ts - ts.mean()) ** 2), 1e-300)
+    p, r2 = linear_fit(np.log(b), ts)
     q = np.polyfit(np.log(depth_scale(b)), np.log(wm), 1)
     return pts, censored, {"slope": p[0], "intercept": p[1], "r2": r2, "exponent": q[0],
                            "log_prefactor": q[1]}
