@@ -150,7 +150,8 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                    bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
                    levels=((8, (2,)),), levels_d_mins=(1e-3,), sphere=((8, (2,)),),
                    sphere_d_mins=(1e-3,), whole=((8, ((2, 1), (2, 1, 0.0, (1,)))),),
-                   whole_d_mins=(1e-3,))
+                   whole_d_mins=(1e-3,),
+                   attention=(ic.Step(8, 1e-3, levels=2, caps=1, cap_parts=(1,)),))
     chain = ic.run_chain(plan, 8, tmp_path)
     assert [s.label for s, _ in chain] == ["uniform", "graded to 1e-03", "graded to 1e-04",
                                            "graded to 1e-04, tight tolerances",
@@ -176,6 +177,15 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     np.testing.assert_array_equal(gp["dividers_in"], up["dividers"])
     assert int(up["n"]) == 2 * 200 + 4 * ic.CAP_M0
     assert math.isclose(float(up["marginal_mass"]), float(uc["marginal_mass"]), rel_tol=1e-9)
+    # the rule run again with its attention by level: the same run, and its levels' shares
+    # of the tail's attention add up to the probe's
+    (step, again), = ic.level_attention(plan, tmp_path).items()
+    np.testing.assert_array_equal(again["w2"], gp["w2"])
+    after = again["times"] >= plan.t_handoff - 1e-9
+    by_level = again["share_by_level"]
+    assert by_level.shape == (after.sum(), step.n_levels) and by_level[:, 2:].max() > 0
+    np.testing.assert_allclose(by_level.sum(axis=1), again["share"][after], rtol=1e-12)
+    assert ic.part_names(step) == ["pieces 0 to 1", "pieces 1 to pole"]
     # with the caps graded: the band's two levels, then the north and the south cap's, each
     # locating its own points (two a level), the next rule graded about them; all the mass
     assert uc["dividers"].shape == (8, 2) and set(uc["dividers"][:, 0]) == {0.0, 1.0, 2.0, 3.0}
@@ -239,6 +249,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 per cap, vs off band a token per cell |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 x 2 parts per cap, vs band only |" in text
+    assert "tail attention comes from (n = 8, 2 across + 1 x 2 parts per cap, 1e-03)" in text
     # the caps' top node: the top part's node lies nearer the pole than the whole cap's one
     # node (its mean height); the tiny chain ends before the gaps' times, so no gap is given
     top, fits = ic.top_node_table(plan, {8: fine}, {8: chain}, tmp_path)

@@ -204,10 +204,14 @@ class Probe:
         """The tokens of ``side`` farther than TAIL_WIDTHS attention widths from c."""
         return side & (np.arccos(np.clip(x @ c, -1, 1)) > TAIL_WIDTHS * self.width(c))
 
-    def row(self, x, w, c) -> dict:
-        score = self.beta * (x @ (self.B.T @ c))   # <c, B x_j>
+    def attention(self, x, w, c) -> np.ndarray:
+        """The weights a query at c puts on the tokens: w_j exp(beta <c, B x_j>), summing to 1."""
+        score = self.beta * (x @ (self.B.T @ c))
         a = w * np.exp(score - score.max())
-        a /= a.sum()
+        return a / a.sum()
+
+    def row(self, x, w, c) -> dict:
+        a = self.attention(x, w, c)
         Pc = np.eye(3) - np.outer(c, c)
         tail = self.tail(x, c, np.ones(len(x), bool))
         lone = float(np.linalg.norm(Pc @ self.V @ c))

@@ -38,6 +38,9 @@ Per cell resolution n (the finite volumes' state at t = 12):
   own dividing points, for q' = 1 to 5; and with each cap cut into parts at counts of cell
   pieces from the band's edge, q' Gauss nodes in each part (a composite rule in z, refined
   toward the edge, where the attention weight on the cap's mass is largest), for q' = 1, 2;
+  and cut instead at distances from the pole (``POLE_CUTS``), q' = 1, 2, the top node within
+  a hundredth of a radian of the pole; one of these rules run again to record which levels
+  carry the + cluster's attention on its tail;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
   resumable), and the first-order extrapolation of the cells at n and 2n.
 
@@ -233,6 +236,9 @@ class Plan:
     #: own last leavers are cut off
     whole: tuple = ()
     whole_d_mins: tuple = ()
+    #: whole-sphere rules (Steps of a chain above) run again to record which levels carry
+    #: the + cluster's attention on its tail (:func:`level_attention`)
+    attention: tuple = ()
 
     def chain(self, n: int) -> list[tuple]:
         """[(step, the step whose dividing points it is graded about or None, "located" or
@@ -278,6 +284,9 @@ def _fresh(rules) -> list[tuple]:
     return [(s, rules[j - 1] if j else None, "located") for j, s in enumerate(rules)]
 
 
+#: The caps cut toward the pole (Step.pole_cuts): parts that shrink geometrically, the last
+#: one inside the cell at the pole at n = 64.
+POLE_CUTS = (0.3, 0.1, 0.03, 0.01)
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
@@ -288,10 +297,13 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # q' = 2 stops where its rules agree over the whole window (from 1e-9 on); more
             # nodes per cap stop earlier, where q' = 1 and 2 show the rule settled within
             # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20;
-            # the composite z-rule: parts of about a quarter of the cap's mass each
+            # the composite z-rule: parts of about a quarter of the cap's mass each; then
+            # parts cut toward the pole
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
-                         (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)))),),
-            whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)))
+                         (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
+                         (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS))),),
+            whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
+            attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),))
 
 
 # ------------------------------------------------------------------------ the circle state
@@ -530,9 +542,12 @@ def _rows_in(saved) -> list:
     return [dict(zip(cols, map(float, r), strict=True)) for r in saved["rows"]]
 
 
-def compute(step: Step, dividers, plan: Plan, store: Path | None = None) -> dict:
+def compute(step: Step, dividers, plan: Plan, store: Path | None = None,
+            by_level=False) -> dict:
     """One rule of the chain: its tokens from the cells' band at the handoff to the end (on
-    the circle with the plane's 2 x 2 model, or in 3D with the model itself)."""
+    the circle with the plane's 2 x 2 model, or in 3D with the model itself); with
+    ``by_level``, also the + cluster's attention on each level's tail at every output
+    (``share_by_level``, outputs from the handoff on x levels)."""
     model, times, k0, state, rows, c = cells_state(step.n, plan.t_handoff, plan.t_end, store)
     rows = list(rows)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
@@ -553,14 +568,20 @@ def compute(step: Step, dividers, plan: Plan, store: Path | None = None) -> dict
     solver = (sp.ParticleSolver(run_model, kernel="auto", rtol=TIGHT[0], atol=TIGHT[1],
                                 adaptive_kernel=True) if step.tight
               else _particle_solver(run_model))
-    wn = w / w.sum()
+    wn, shares = w / w.sum(), []
     for j in range(len(times) - k0):
         if j:
             x = solver.solve(x, times[k0 + j - 1:k0 + j + 1], wn).positions[-1]
         x3 = x if x.shape[1] == 3 else np.column_stack([x, np.zeros(len(wn))])
         c = probe.centre(x3, wn, c)
         rows.append(probe.record(x3, wn, c, m_plus))
+        if by_level:
+            tail = probe.tail(x3, c, np.ones(len(wn), bool))
+            a = np.where(tail, probe.attention(x3, wn, c), 0.0)
+            shares.append(np.bincount(level, weights=a, minlength=step.n_levels))
     out = _saved(times, rows, math.nan, len(wn))
+    if by_level:
+        out["share_by_level"] = np.array(shares)
     side = np.sign(x3 @ probe.v)
     located = [(lev, s) for lev in range(step.n_levels)
                for s in dividers_of(theta[level == lev], side[level == lev])]
@@ -641,6 +662,52 @@ def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
         if d is not None:
             done[step] = d
     return out
+
+
+def level_attention(plan: Plan, store: Path, compute_missing=True) -> dict:
+    """{step: its run again with ``share_by_level``} for the rules of ``plan.attention``
+    whose chain rule is saved (graded about the same points, so its W2 curves are the chain
+    rule's)."""
+    out = {}
+    for step in plan.attention:
+        data = dict(run_chain(plan, step.n, store, compute_missing=False)).get(step)
+        if data is None:
+            continue
+        use = list(data["dividers_in"])
+        got = stored_run(store, step.name + "_by_level",
+                         {**spec_of(step, use, plan), "by_level": True},
+                         (lambda s=step, u=use: compute(s, u, plan, store, by_level=True))
+                         if compute_missing else None)
+        if got is not None:
+            out[step] = got
+    return out
+
+
+def part_names(step: Step) -> list[str]:
+    """The caps' parts in words, from the band's edge up."""
+    if step.pole_cuts:
+        far = ("edge", *(f"{d:g}" for d in step.pole_cuts), "0")
+        return [f"pi/2 - z {far[i]} to {far[i + 1]}" for i in range(len(far) - 1)]
+    counts = (0, *step.cap_parts, "pole")
+    return [f"pieces {counts[i]} to {counts[i + 1]}" for i in range(len(counts) - 1)]
+
+
+def attention_table(step: Step, data, t_handoff: float) -> list:
+    """Every time unit from the handoff while the tail holds attention: W2 to Pi#rho_0, the
+    + cluster's attention on its tail, and the part of it on the band's levels and on each
+    part of the caps (north and south together)."""
+    share, times = np.asarray(data["share_by_level"]), np.asarray(data["times"])
+    times = times[times >= t_handoff - 1e-9]
+    nb, rows = len(step.cap_bounds), []
+    part = (np.arange(step.levels, step.n_levels) - step.levels) % (step.caps * nb) // step.caps
+    for k, t in enumerate(times):
+        total = share[k].sum()
+        if abs(t - round(t)) > 1e-9 or total < 1e-6:
+            continue
+        caps = [share[k, step.levels:][part == j].sum() for j in range(nb)]
+        rows.append([float(t), f"{float(_on(data, [t])[0, 0]):.4f}", f"{total:.3g}",
+                     f"{share[k, :step.levels].sum():.3g}"] + [f"{c:.1e}" for c in caps])
+    return rows
 
 
 def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True,
@@ -1032,6 +1099,8 @@ def levels_confirmations(plan, runs, chains, cells) -> list:
         fewer = step.z_coarser and dict(chains[n]).get(step.z_coarser)
         if fewer:
             refs, also = [prev, fewer], f"; tokens' error also vs {step.z_coarser.per_cap}"
+        elif step.caps:
+            also = "; the caps' z-error not measured (no coarser z-rule at this d_min)"
         rows.append(confirmation_row(
             f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
             f"state (vs {n}){also}", tok, refs, runs[n], cells[n], plan.t_handoff, PROBES))
@@ -1259,6 +1328,20 @@ def _levels_text(plan, runs, chains, cells, store: Path) -> list[str]:
             table(fits, ["t", "d_min", "rules", "slope", "R^2"]), ""]
 
 
+def _attention_text(plan: Plan, store: Path) -> list[str]:
+    """The report's section on which levels carry the + cluster's attention on its tail."""
+    text = []
+    for step, data in level_attention(plan, store, compute_missing=False).items():
+        text += [f"Where the + cluster's tail attention comes from (n = {step.n}, "
+                 f"{_across(step.levels, step.sphere, *step.cap_rule)}, {step.d_min:.0e}): "
+                 "the query at its centre, its weight on the tokens farther than the tail's "
+                 "width, in all and from the band's levels and each part of the caps (north "
+                 "and south together), every time unit while it exceeds 1e-6:", "",
+                 table(attention_table(step, data, plan.t_handoff),
+                       ["t", "W2 to Pi#rho_0", "tail", "band"] + part_names(step)), ""]
+    return text
+
+
 def report(plan: Plan, store: Path, name: str, folder=OUT):
     chains = {n: run_chain(plan, n, store, compute_missing=False) for n in plan.cells}
     cells = {n: cells_run_on(n, OUT / "departure_runs", plan.t_end) for n in plan.cells}
@@ -1289,6 +1372,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                    ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
              *_levels_text(plan, runs, chains, cells, store),
+             *_attention_text(plan, store),
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
                                         d) for n, d in finer.items()]
@@ -1339,6 +1423,7 @@ def main(argv=None):
     if not args.report_only:
         for n in plan.cells:
             run_chain(plan, n, store)
+        level_attention(plan, store)
         for n, t_stop in plan.finer_cells:
             finer_cells(n, t_stop, plan, store)
         for n, t_stop, tol in plan.stepping_cells:
