@@ -179,7 +179,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     assert math.isclose(float(up["marginal_mass"]), float(uc["marginal_mass"]), rel_tol=1e-9)
     # the rule run again with its attention by level: the same run, and its levels' shares
     # of the tail's attention add up to the probe's
-    (step, again), = ic.level_attention(plan, tmp_path).items()
+    (step, again), = ic.level_attention(plan, {8: chain}, tmp_path).items()
     np.testing.assert_array_equal(again["w2"], gp["w2"])
     after = again["times"] >= plan.t_handoff - 1e-9
     by_level = again["share_by_level"]

@@ -176,6 +176,12 @@ class Step:
         counts = (0, *self.cap_parts, None)
         return [{"part": counts[i:i + 2]} for i in range(len(counts) - 1)]
 
+    def cap_level(self, lev: int) -> tuple[int, int, int]:
+        """(cap: 0 north, 1 south; its part from the band's edge; the node in that part) of a
+        caps' level (``lev`` >= levels): the north cap's parts come first, then the south's."""
+        cap, rest = divmod(lev - self.levels, self.caps * len(self.cap_bounds))
+        return (cap, *divmod(rest, self.caps))
+
     @property
     def z_coarser(self):
         """The caps' next coarser z-rule at the same d_min: one node fewer per cap or per
@@ -607,8 +613,7 @@ def levels_tokens(state, step: Step, dividers, m0: int, band: int):
             j, (theta, z, m) = lev, band_tokens(state, 0, graded_edges(m0, mine, step.d_min),
                                                  band, step.levels)
         else:
-            cap, rest = divmod(lev - step.levels, step.caps * len(bounds))
-            part, j = divmod(rest, step.caps)
+            cap, part, j = step.cap_level(lev)
             theta, z, m = cap_tokens(state, 0, graded_edges(CAP_M0, mine, step.d_min), band,
                                      step.caps, cap == 0, **bounds[part])
         parts.append((theta, z[:, j], m[:, j], np.full(len(theta), lev)))
@@ -664,13 +669,13 @@ def run_chain(plan: Plan, n: int, store: Path, compute_missing=True) -> list:
     return out
 
 
-def level_attention(plan: Plan, store: Path, compute_missing=True) -> dict:
+def level_attention(plan: Plan, chains, store: Path, compute_missing=True) -> dict:
     """{step: its run again with ``share_by_level``} for the rules of ``plan.attention``
-    whose chain rule is saved (graded about the same points, so its W2 curves are the chain
-    rule's)."""
+    whose rule in ``chains`` ({n: :func:`run_chain`'s list}) is saved (graded about the same
+    points, so its W2 curves are the chain rule's)."""
     out = {}
     for step in plan.attention:
-        data = dict(run_chain(plan, step.n, store, compute_missing=False)).get(step)
+        data = dict(chains.get(step.n, ())).get(step)
         if data is None:
             continue
         use = list(data["dividers_in"])
@@ -685,11 +690,14 @@ def level_attention(plan: Plan, store: Path, compute_missing=True) -> dict:
 
 def part_names(step: Step) -> list[str]:
     """The caps' parts in words, from the band's edge up."""
-    if step.pole_cuts:
-        far = ("edge", *(f"{d:g}" for d in step.pole_cuts), "0")
-        return [f"pi/2 - z {far[i]} to {far[i + 1]}" for i in range(len(far) - 1)]
-    counts = (0, *step.cap_parts, "pole")
-    return [f"pieces {counts[i]} to {counts[i + 1]}" for i in range(len(counts) - 1)]
+    def name(bound):
+        if "zone" in bound:
+            far, near = bound["zone"]
+            return "pi/2 - z " + ("edge" if far == math.pi else f"{far:g}") + f" to {near:g}"
+        lo, hi = bound["part"]
+        return f"pieces {lo} to {'pole' if hi is None else hi}"
+
+    return [name(b) for b in step.cap_bounds]
 
 
 def attention_table(step: Step, data, t_handoff: float) -> list:
@@ -699,7 +707,7 @@ def attention_table(step: Step, data, t_handoff: float) -> list:
     share, times = np.asarray(data["share_by_level"]), np.asarray(data["times"])
     times = times[times >= t_handoff - 1e-9]
     nb, rows = len(step.cap_bounds), []
-    part = (np.arange(step.levels, step.n_levels) - step.levels) % (step.caps * nb) // step.caps
+    part = np.array([step.cap_level(lev)[1] for lev in range(step.levels, step.n_levels)])
     for k, t in enumerate(times):
         total = share[k].sum()
         if abs(t - round(t)) > 1e-9 or total < 1e-6:
@@ -1328,10 +1336,10 @@ def _levels_text(plan, runs, chains, cells, store: Path) -> list[str]:
             table(fits, ["t", "d_min", "rules", "slope", "R^2"]), ""]
 
 
-def _attention_text(plan: Plan, store: Path) -> list[str]:
+def _attention_text(plan: Plan, chains, store: Path) -> list[str]:
     """The report's section on which levels carry the + cluster's attention on its tail."""
     text = []
-    for step, data in level_attention(plan, store, compute_missing=False).items():
+    for step, data in level_attention(plan, chains, store, compute_missing=False).items():
         text += [f"Where the + cluster's tail attention comes from (n = {step.n}, "
                  f"{_across(step.levels, step.sphere, *step.cap_rule)}, {step.d_min:.0e}): "
                  "the query at its centre, its weight on the tokens farther than the tail's "
@@ -1372,7 +1380,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                    ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
              *_levels_text(plan, runs, chains, cells, store),
-             *_attention_text(plan, store),
+             *_attention_text(plan, chains, store),
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
                                         d) for n, d in finer.items()]
@@ -1421,9 +1429,8 @@ def main(argv=None):
     plan, name = (QUICK, "invariant_circle_quick") if args.quick else (FULL, "invariant_circle")
     store = OUT / f"{name}_runs"
     if not args.report_only:
-        for n in plan.cells:
-            run_chain(plan, n, store)
-        level_attention(plan, store)
+        chains = {n: run_chain(plan, n, store) for n in plan.cells}
+        level_attention(plan, chains, store)
         for n, t_stop in plan.finer_cells:
             finer_cells(n, t_stop, plan, store)
         for n, t_stop, tol in plan.stepping_cells:
