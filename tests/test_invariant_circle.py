@@ -2,6 +2,7 @@
 dividing points, and a tiny chain end to end."""
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -337,6 +338,10 @@ def test_a_whole_sphere_chain_stops_at_its_own_d_min():
                    whole=((8, ((2, 1, 1e-3, (), (0.1, 0.01)),)),))
     assert [(s.d_min, s.cap_parts, s.pole_cuts) for s, _, _ in cuts.chain(8) if s.caps] == [
         (0.0, (), (0.1, 0.01)), (1e-3, (), (0.1, 0.01))]
+    win = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, whole_d_mins=(1e-3, 1e-4),
+                  whole=((8, ((2, 2, 1e-3, (), (), ((1.4, 1.8),), (1, (0.5,))),)),))
+    assert [(s.d_min, s.caps, s.window, s.fine) for s, _, _ in win.chain(8) if s.caps] == [
+        (0.0, 2, ((1.4, 1.8),), (1, (0.5,))), (1e-3, 2, ((1.4, 1.8),), (1, (0.5,)))]
 
 
 def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
@@ -352,6 +357,55 @@ def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
     assert pole.n_levels == 2 + 2 * 2 * 5 and pole.per_cap == "2 x 5 parts to the pole per cap"
     assert pole.name.endswith("_z2_caps2_pole0.3-0.1-0.03-0.01")
     assert (pole.z_coarser.z_coarser.caps, pole.z_coarser.z_coarser.pole_cuts) == (5, ())
+    # with windows: the caps' rule off them, then the fine rule's parts in them, per cap
+    win = ic.Step(64, 1e-3, levels=2, caps=2, window=((1.4, 1.8),), fine=(3, (0.9, 0.5)))
+    assert win.n_levels == 2 + 2 * (2 + 3 * 3)
+    assert win.per_cap == "2 per cap (3 x 3 parts in the windows)"
+    assert win.name.endswith("_z2_caps2_win1.4-1.8_fine3x0.9-0.5")
+    assert [(q, inside) for _, q, inside in win.cap_layout] == [(2, False)] + [(3, True)] * 3
+    assert [win.cap_level(lev) for lev in (2, 3, 4, 12, 13, 15, 23)] == [
+        (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 3, 2), (1, 0, 0), (1, 1, 0), (1, 3, 2)]
+    assert ic.part_names(win)[:2] == ["off windows: pieces 0 to pole",
+                                      "windows: pi/2 - z edge to 0.9"]
+    # one node fewer per part in the windows, down to one; the rule off them stays
+    assert (win.z_coarser.fine, win.z_coarser.caps) == ((2, (0.9, 0.5)), 2)
+    assert win.z_coarser.z_coarser.z_coarser is None
+    assert ic.rule_step(win.cap_rule).n_levels == win.n_levels - 2
+    assert ic.spec_of(win, [], ic.QUICK)["fine"] == [3, [0.9, 0.5]]
+    assert "window" not in ic.spec_of(pole, [], ic.QUICK)
+
+
+def test_windows_cut_the_circle_into_intervals_in_and_off_them():
+    edges = ic.graded_edges(50, [1.0], 1e-3)
+    window = ((0.9, 1.3), (6.0, 0.2))   # the second across 2 pi
+    (ilo, ihi), (olo, ohi) = (ic.windowed(edges, window, inside) for inside in (True, False))
+    lo, hi = np.concatenate([ilo, olo]), np.concatenate([ihi, ohi])
+    o = np.argsort(lo)
+    # together they tile the circle, every bound is an edge, and each lies on its side
+    np.testing.assert_allclose(lo[o][1:], hi[o][:-1], atol=0)
+    assert math.isclose(hi.max() - lo.min(), 2 * math.pi)
+    assert math.isclose((ihi - ilo).sum(), 0.4 + 2 * math.pi - 5.8)
+    for b in (0.9, 1.3, 6.0, 0.2):
+        assert np.min(np.abs((lo - b + math.pi) % (2 * math.pi) - math.pi)) < 1e-12
+    mid = (0.5 * (ilo + ihi)) % (2 * math.pi)
+    assert np.all(((mid > 0.9) & (mid < 1.3)) | (mid > 6.0) | (mid < 0.2))
+    # the graded intervals about the point in the window are kept there, and only there
+    assert (ihi - ilo).min() < 2e-3 < (ohi - olo).min()
+    # a windowed cap: the levels off and in the windows carry the cap's mass (200 intervals:
+    # their edges hit the panels' corners, where the meridians' pieces bend)
+    n, rows = 8, 2
+    sol = sp.FiniteVolumeSolver(lp.model_for("R1", 16.0), n).solve(sp.measures.Uniform(3), [0.0])
+    step = ic.Step(n, 1e-3, levels=2, caps=2, window=window, fine=(1, (0.9, 0.5)))
+    _, x, w, level = ic.levels_tokens(sol, step, [], 200, rows)
+    assert sorted(set(level)) == list(range(step.n_levels))
+    _, _, band = ic.band_tokens(sol, 0, ic.graded_edges(200, [], 0.0), rows, 2)
+    assert abs(w.sum() - sol.masses[0].sum()) < 1e-9
+    assert abs(w[level < 2].sum() - band.sum()) < 1e-12
+    theta = np.arctan2(x[:, 1], x[:, 0]) % (2 * math.pi)
+    inside = (((theta > 0.9) & (theta < 1.3)) | (theta > 6.0) | (theta < 0.2))
+    fine = np.array([step.cap_layout[step.cap_level(lev)[1]][2] if lev >= 2 else False
+                     for lev in level])
+    assert np.array_equal(inside[level >= 2], fine[level >= 2])
 
 
 def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():
@@ -394,3 +448,16 @@ def test_a_confirmation_sums_the_tokens_errors_over_their_refinements():
     # one error: confirmed while the gap is within 5% of min W2 (0.015, t - 12 < 4.29);
     # the sum of both stays above the gap to the end
     assert one[1] == 16.25 and both[1] == 20.0
+
+
+def test_window_table_gives_each_fine_levels_points_and_their_margin():
+    step = ic.Step(8, 1e-3, levels=2, caps=1, window=((1.4, 1.8),), fine=(1, (0.5,)))
+    # levels: the band's 0, 1; north: off the windows 2, fine parts 3, 4; south: 5, 6, 7
+    points = np.array([[0, 1.6], [2, 1.6], [3, 1.62], [4, 1.5], [4, 4.7], [6, 1.61],
+                       [7, 1.78]])
+    chain = [(replace(step, d_min=0.0), {"dividers": points[:1]}), (step, {"dividers": points})]
+    rows = ic.window_table({8: chain})
+    assert [r[3:] for r in rows] == [
+        ["windows: pi/2 - z edge to 0.5", 0, "1.6200", "1.6100", "0.180"],
+        ["windows: pi/2 - z 0.5 to 0", 0, "1.5000 4.7000", "1.7800", "0.020"]]
+    assert rows[0][:3] == [8, "1 per cap (1 x 2 parts in the windows)", "1e-03"]

@@ -107,12 +107,25 @@ FINER_EVERY = 2.0
 TIGHT = (1e-8, 1e-11)
 
 
-def per_cap(caps: int, parts: tuple = (), cuts: tuple = ()) -> str:
+def per_cap(caps: int, parts: tuple = (), cuts: tuple = (), window: tuple = (),
+            fine: tuple = ()) -> str:
     """The caps' z-rule in words: q' per cap, or q' in each of its parts (cut at counts of
-    cell pieces from the band's edge, or at distances from the pole)."""
+    cell pieces from the band's edge, or at distances from the pole); with windows, that
+    rule off them and the fine one in them."""
     if cuts:
-        return f"{caps} x {len(cuts) + 1} parts to the pole per cap"
-    return f"{caps} per cap" if not parts else f"{caps} x {len(parts) + 1} parts per cap"
+        words = f"{caps} x {len(cuts) + 1} parts to the pole per cap"
+    else:
+        words = f"{caps} per cap" if not parts else f"{caps} x {len(parts) + 1} parts per cap"
+    if window:
+        words += f" ({fine[0]} x {len(fine[1]) + 1} parts in the windows)"
+    return words
+
+
+def _zones(cuts) -> list[dict]:
+    """A cap cut at distances ``cuts`` from its pole (descending): its parts from the band's
+    edge up, as :func:`cap_column`'s keywords."""
+    far = (math.pi, *cuts, 0.0)
+    return [{"zone": far[i:i + 2]} for i in range(len(far) - 1)]
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,13 @@ class Step:
     #: in 3D, each cap cut instead at these distances from its pole (rad, descending), so
     #: that its parts shrink toward the pole; q' tokens per interval in each part
     pole_cuts: tuple = ()
+    #: in 3D, the angle windows ((lo, hi), ...) about the band's dividing points where the
+    #: caps' rule above gives way to ``fine`` = (q', cuts): each cap cut at distances ``cuts``
+    #: from its pole, q' tokens per interval in each part. Near the dividing points the
+    #: dividing curve wanders in angle as z changes, so a column's mass there goes to both
+    #: sides and a few nodes in z lump it onto one
+    window: tuple = ()
+    fine: tuple = ()
 
     @property
     def repeat(self) -> bool:
@@ -146,7 +166,10 @@ class Step:
                 + (f"_caps{self.caps}" if self.caps else "")
                 + ("_parts" + "-".join(map(str, self.cap_parts)) if self.cap_parts else "")
                 + ("_pole" + "-".join(f"{d:g}" for d in self.pole_cuts) if self.pole_cuts
-                   else ""))
+                   else "")
+                + ("_win" + "-".join(f"{a:.4g}" for w in self.window for a in w)
+                   + f"_fine{self.fine[0]}x" + "-".join(f"{d:g}" for d in self.fine[1])
+                   if self.window else ""))
 
     @property
     def label(self) -> str:
@@ -164,29 +187,44 @@ class Step:
     @property
     def cap_rule(self) -> tuple:
         """(q' per part, counts of cell pieces from the band's edge, distances from the pole)
-        at which a cap is cut."""
-        return self.caps, self.cap_parts, self.pole_cuts
+        at which a cap is cut, and with windows, (the windows, their fine rule)."""
+        return ((self.caps, self.cap_parts, self.pole_cuts)
+                + ((self.window, self.fine) if self.window else ()))
 
     @property
     def cap_bounds(self) -> list[dict]:
         """Each part of a cap, from the band's edge up, as :func:`cap_column`'s keywords."""
         if self.pole_cuts:
-            far = (math.pi, *self.pole_cuts, 0.0)
-            return [{"zone": far[i:i + 2]} for i in range(len(far) - 1)]
+            return _zones(self.pole_cuts)
         counts = (0, *self.cap_parts, None)
         return [{"part": counts[i:i + 2]} for i in range(len(counts) - 1)]
 
+    @property
+    def cap_layout(self) -> list[tuple]:
+        """A cap's groups of levels: (:func:`cap_column`'s keywords, q' tokens per interval,
+        where: None all round, False off the windows, True in them), the parts of the caps'
+        rule from the band's edge up, then those of the windows' fine rule."""
+        out = [(b, self.caps, False if self.window else None) for b in self.cap_bounds]
+        if self.window:
+            out += [(b, self.fine[0], True) for b in _zones(self.fine[1])]
+        return out
+
     def cap_level(self, lev: int) -> tuple[int, int, int]:
-        """(cap: 0 north, 1 south; its part from the band's edge; the node in that part) of a
-        caps' level (``lev`` >= levels): the north cap's parts come first, then the south's."""
-        cap, rest = divmod(lev - self.levels, self.caps * len(self.cap_bounds))
-        return (cap, *divmod(rest, self.caps))
+        """(cap: 0 north, 1 south; its group in :attr:`cap_layout`; the node in that group)
+        of a caps' level (``lev`` >= levels): the north cap's groups first, then the south's."""
+        ends = np.cumsum([q for _, q, _ in self.cap_layout])
+        cap, rest = divmod(lev - self.levels, int(ends[-1]))
+        group = int(np.searchsorted(ends, rest, side="right"))
+        return cap, group, rest - (int(ends[group - 1]) if group else 0)
 
     @property
     def z_coarser(self):
-        """The caps' next coarser z-rule at the same d_min: one node fewer per cap or per
-        part; with one per part, one Gauss rule over the cap with as many nodes (None: one
-        node per cap, no coarser rule)."""
+        """The caps' next coarser z-rule at the same d_min: one node fewer per part in the
+        windows; without them, one node fewer per cap or per part, and with one per part,
+        one Gauss rule over the cap with as many nodes (None: no coarser rule)."""
+        if self.window:
+            return (replace(self, fine=(self.fine[0] - 1, self.fine[1]))
+                    if self.fine[0] > 1 else None)
         if self.caps > 1:
             return replace(self, caps=self.caps - 1)
         if len(self.cap_bounds) > 1:
@@ -197,7 +235,7 @@ class Step:
     def n_levels(self) -> int:
         """Levels graded each about its own dividing points: the band's, then the caps'
         (north, then south); 1 on the circle."""
-        return max(1, self.levels + 2 * self.caps * len(self.cap_bounds))
+        return max(1, self.levels + 2 * sum(q for _, q, _ in self.cap_layout))
 
 
 @dataclass(frozen=True)
@@ -232,10 +270,11 @@ class Plan:
     #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
     sphere: tuple = ()
     sphere_d_mins: tuple = ()
-    #: (n, ((q, q'[, d_min[, parts[, cuts]]]), ...)): 3D chains over the whole sphere, uniform
+    #: (n, ((q, q'[, d_min[, parts[, cuts[, window, fine]]]]), ...)): 3D chains over the
+    #: whole sphere, uniform
     #: then over whole_d_mins (down to d_min where given): the band's q levels and, in each
     #: cap off the band (from the band's edge to the pole, or in each of its parts:
-    #: Step.cap_parts, Step.pole_cuts),
+    #: Step.cap_parts, Step.pole_cuts; in the windows Step.window, Step.fine),
     #: q' levels at the Gauss nodes in z of the mass over each interval (CAP_M0 uniform
     #: intervals), every level graded about its own
     #: dividing points: as one token per cell the mass off the band is not graded, and its
@@ -264,10 +303,11 @@ class Plan:
                                     [{"levels": q, "sphere": True} for q in qs])
         for k, pairs in self.whole:
             for q, caps, *rest in pairs if k == n else ():
-                floor, parts, cuts = (*rest, *(0.0, (), ())[len(rest):])
+                floor, parts, cuts, window, fine = (*rest, *(0.0, (), (), (), ())[len(rest):])
                 d_mins = [d for d in self.whole_d_mins if d >= floor]
                 out += _fresh([Step(n, d, levels=q, caps=caps, cap_parts=tuple(parts),
-                                    pole_cuts=tuple(cuts)) for d in (0.0, *d_mins)])
+                                    pole_cuts=tuple(cuts), window=tuple(window),
+                                    fine=tuple(fine)) for d in (0.0, *d_mins)])
         return out
 
     def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
@@ -293,6 +333,12 @@ def _fresh(rules) -> list[tuple]:
 #: The caps cut toward the pole (Step.pole_cuts): parts that shrink geometrically, the last
 #: one inside the cell at the pole at n = 64.
 POLE_CUTS = (0.3, 0.1, 0.03, 0.01)
+#: Angle windows about the band's two dividing points (every caps' level of the rules without
+#: them located its points within 1.51 to 1.65 and pi on, so the windows keep more than
+#: GRADED_WIDTH to spare), and the cuts of their fine rule: about a tenth of the windows' cap
+#: mass per part in n = 64's state at the handoff.
+DIVIDER_WINDOWS = ((1.4, 1.8), (1.4 + math.pi, 1.8 + math.pi))
+WINDOW_CUTS = (1.15, 1.1, 1.04, 0.97, 0.89, 0.8, 0.7, 0.58, 0.41)
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
@@ -304,10 +350,12 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # nodes per cap stop earlier, where q' = 1 and 2 show the rule settled within
             # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20;
             # the composite z-rule: parts of about a quarter of the cap's mass each; then
-            # parts cut toward the pole
+            # parts cut toward the pole; then tenths of the mass in the dividers' windows
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
                          (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
-                         (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS))),),
+                         (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS),
+                         (2, 2, 1e-4, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)),
+                         (2, 2, 1e-4, (), (), DIVIDER_WINDOWS, (2, WINDOW_CUTS)))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
             attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),))
 
@@ -490,17 +538,36 @@ def band_tokens(sol, k: int, edges, rows: int, q: int):
     return _interval_tokens(lambda at: column(sol, k, at, rows), edges, q)
 
 
-def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, **part):
+def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, window=(), inside=None,
+               **part):
     """:func:`band_tokens` for the mass of the north or south cap off the band, or of one part
-    of it (:func:`cap_column`'s keywords)."""
-    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north, **part), edges, q)
+    of it (:func:`cap_column`'s keywords); with ``window``, only over the angles in the
+    windows (``inside``) or off them (:func:`windowed`)."""
+    return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north, **part),
+                            windowed(edges, window, inside) if window else edges, q)
+
+
+def windowed(edges, window, inside: bool):
+    """The intervals of ``edges`` (on [edges[0], edges[0] + 2 pi]) cut at the bounds of the
+    angle windows ((lo, hi), ...), those in the windows or those off them: (lo, hi) arrays."""
+    bounds = np.array([a for w in window for a in w]) % (2 * math.pi)
+    bounds = np.where(bounds <= edges[0], bounds + 2 * math.pi, bounds)
+    e = np.union1d(edges, bounds[bounds < edges[-1]])
+    mid = 0.5 * (e[1:] + e[:-1]) % (2 * math.pi)
+    within = np.zeros(len(mid), bool)
+    for lo, hi in window:
+        within |= (mid - lo) % (2 * math.pi) < (hi - lo) % (2 * math.pi)
+    keep = within if inside else ~within
+    return e[:-1][keep], e[1:][keep]
 
 
 def _interval_tokens(columns, edges, q: int):
-    """Per interval of ``edges``, the q-node Gauss rule in z of the mass that ``columns``
-    (angles -> (z, m)) gives, integrated over the interval by WEIGHT_NODES in angle:
-    (midpoints, nodes, weights) for the intervals with mass."""
-    mid, length = 0.5 * (edges[1:] + edges[:-1]), np.diff(edges)
+    """Per interval of ``edges`` (consecutive edges, or (lo, hi) arrays), the q-node Gauss
+    rule in z of the mass that ``columns`` (angles -> (z, m)) gives, integrated over the
+    interval by WEIGHT_NODES in angle: (midpoints, nodes, weights) for the intervals with
+    mass."""
+    lo, hi = edges if isinstance(edges, tuple) else (edges[:-1], edges[1:])
+    mid, length = 0.5 * (lo + hi), hi - lo
     g, gw = np.polynomial.legendre.leggauss(WEIGHT_NODES)
     at = mid[:, None] + 0.5 * length[:, None] * g
     z, m = columns(at.ravel())
@@ -605,17 +672,18 @@ def levels_tokens(state, step: Step, dividers, m0: int, band: int):
     """The 3D rule's tokens: (angles, positions (N, 3), masses, level): level j < q holds the
     j-th z-node in the band of each interval of its own edges, graded about its own dividing
     points (``dividers``: (level, angle) pairs); the caps' levels follow, north then south,
-    part by part from the band's edge, each with CAP_M0 uniform intervals."""
-    parts, bounds = [], step.cap_bounds
+    group by group (:attr:`Step.cap_layout`), each with CAP_M0 uniform intervals."""
+    parts = []
     for lev in range(step.n_levels):
         mine = [s for j, s in dividers if j == lev]
         if lev < step.levels:
             j, (theta, z, m) = lev, band_tokens(state, 0, graded_edges(m0, mine, step.d_min),
                                                  band, step.levels)
         else:
-            cap, part, j = step.cap_level(lev)
+            cap, group, j = step.cap_level(lev)
+            bound, q, inside = step.cap_layout[group]
             theta, z, m = cap_tokens(state, 0, graded_edges(CAP_M0, mine, step.d_min), band,
-                                     step.caps, cap == 0, **bounds[part])
+                                     q, cap == 0, window=step.window, inside=inside, **bound)
         parts.append((theta, z[:, j], m[:, j], np.full(len(theta), lev)))
     theta, z, w, level = (np.concatenate(a) for a in zip(*parts, strict=True))
     keep = w > 0
@@ -646,6 +714,9 @@ def spec_of(step: Step, dividers, plan: Plan) -> dict:
         spec["cap_parts"] = list(step.cap_parts)
     if step.pole_cuts:
         spec["pole_cuts"] = list(step.pole_cuts)
+    if step.window:
+        spec.update(window=[list(w) for w in step.window],
+                    fine=[step.fine[0], list(step.fine[1])])
     return spec
 
 
@@ -689,15 +760,17 @@ def level_attention(plan: Plan, chains, store: Path, compute_missing=True) -> di
 
 
 def part_names(step: Step) -> list[str]:
-    """The caps' parts in words, from the band's edge up."""
-    def name(bound):
+    """The caps' groups of levels in words (:attr:`Step.cap_layout`)."""
+    def name(bound, inside):
+        where = {None: "", False: "off windows: ", True: "windows: "}[inside]
         if "zone" in bound:
             far, near = bound["zone"]
-            return "pi/2 - z " + ("edge" if far == math.pi else f"{far:g}") + f" to {near:g}"
+            return (where + "pi/2 - z " + ("edge" if far == math.pi else f"{far:g}")
+                    + f" to {near:g}")
         lo, hi = bound["part"]
-        return f"pieces {lo} to {'pole' if hi is None else hi}"
+        return where + f"pieces {lo} to {'pole' if hi is None else hi}"
 
-    return [name(b) for b in step.cap_bounds]
+    return [name(b, inside) for b, _, inside in step.cap_layout]
 
 
 def attention_table(step: Step, data, t_handoff: float) -> list:
@@ -706,7 +779,7 @@ def attention_table(step: Step, data, t_handoff: float) -> list:
     part of the caps (north and south together)."""
     share, times = np.asarray(data["share_by_level"]), np.asarray(data["times"])
     times = times[times >= t_handoff - 1e-9]
-    nb, rows = len(step.cap_bounds), []
+    nb, rows = len(step.cap_layout), []
     part = np.array([step.cap_level(lev)[1] for lev in range(step.levels, step.n_levels)])
     for k, t in enumerate(times):
         total = share[k].sum()
@@ -896,10 +969,18 @@ def finest_levels(chains) -> dict:
     return out
 
 
-def _across(q: int, whole: bool, caps: int, parts: tuple = (), cuts: tuple = ()) -> str:
-    """A 3D chain's short name: q across the band, with the cells off it or the caps' rule."""
+def rule_step(rule) -> Step:
+    """A step with the caps' z-rule ``rule`` (:attr:`Step.cap_rule`), no band levels."""
+    caps, parts, cuts, *win = rule
+    return Step(0, 0.0, caps=caps, cap_parts=parts, pole_cuts=cuts,
+                **(dict(zip(("window", "fine"), win, strict=True)) if win else {}))
+
+
+def _across(q: int, whole: bool, caps: int, *rule) -> str:
+    """A 3D chain's short name: q across the band, with the cells off it or the caps' rule
+    (:attr:`Step.cap_rule`)."""
     return (f"{q} across" + (" + off band" if whole else "")
-            + (f" + {per_cap(caps, parts, cuts)}" if caps else ""))
+            + (f" + {per_cap(caps, *rule)}" if caps else ""))
 
 
 def levels_finer_table(plan, runs, chains, cells) -> list:
@@ -935,7 +1016,7 @@ def caps_table(plan, runs, chains, cells) -> tuple[list, list]:
                 rule = s.cap_rule
                 found.setdefault((n, s.levels), {}).setdefault(rule, {})[s.d_min] = d
     caps = sorted({c for by in found.values() for c in by},
-                  key=lambda c: (c[0] * (len(c[1]) + len(c[2]) + 1), c[1], c[2]))
+                  key=lambda c: (rule_step(c).n_levels, c[1], c[2], str(c[3:])))
     rows = []
     for (n, q), by in sorted(found.items()):
         if runs.get(n) is None or cells.get(n) is None:
@@ -962,23 +1043,22 @@ TOP_AT, TOP_NEAR, TOP_GAPS = 1.6, 0.1, ((20.0, 1e-4), (22.0, 1e-6), (24.0, 1e-6)
 
 
 def top_node_table(plan, runs, chains, store: Path) -> tuple[list, list]:
-    """Per caps' z-rule of the whole-sphere chains: how near the north pole its highest node
-    reaches (the median of pi/2 - z over the intervals of CAP_M0 uniform ones within TOP_NEAR
-    of TOP_AT, from n's state at the handoff) and the signed gap in W2 to Pi#rho_0 (tokens
-    minus the cells at 2n) at the TOP_GAPS times; with, per time, the least-squares line of
-    the gap against log(pi/2 - z) and its R^2: (rows, fits)."""
+    """Per caps' z-rule of the whole-sphere chains without windows: how near the north pole
+    its highest node reaches (the median of pi/2 - z over the intervals of CAP_M0 uniform
+    ones within TOP_NEAR of TOP_AT, from n's state at the handoff) and the signed gap in W2
+    to Pi#rho_0 (tokens minus the cells at 2n) at the TOP_GAPS times; with, per time, the
+    least-squares line of the gap against log(pi/2 - z) and its R^2: (rows, fits)."""
     found, fits = [], []
     for n, chain in chains.items():
         rules = {(s.levels, s.cap_rule, s.d_min): d for s, d in chain
-                 if s.caps and d is not None}
+                 if s.caps and not s.window and d is not None}
         if runs.get(n) is None or not rules:
             continue
         state = cells_state(n, plan.t_handoff, plan.t_end, store)[3]
         edges = graded_edges(CAP_M0, [], 0.0)
         for q, rule in {k[:2] for k in rules}:   # ordered below, by the top node
-            caps, parts, cuts = rule
-            highest = Step(n, 0.0, caps=caps, cap_parts=parts, pole_cuts=cuts).cap_bounds[-1]
-            theta, z, _ = cap_tokens(state, 0, edges, band_rows(n), caps, True, **highest)
+            highest = rule_step(rule).cap_bounds[-1]
+            theta, z, _ = cap_tokens(state, 0, edges, band_rows(n), rule[0], True, **highest)
             top = float(np.median(math.pi / 2 - z[np.abs(theta - TOP_AT) < TOP_NEAR, -1]))
             gaps = [_gap(rules.get((q, rule, d)), runs[n], t) for t, d in TOP_GAPS]
             found.append([n, q, per_cap(*rule), top] + gaps)
@@ -1336,6 +1416,47 @@ def _levels_text(plan, runs, chains, cells, store: Path) -> list[str]:
             table(fits, ["t", "d_min", "rules", "slope", "R^2"]), ""]
 
 
+def window_table(chains) -> list:
+    """Per windowed rule's finest d_min, per level of its fine rule (north cap): the dividing
+    points that level located and the south's twin level's, and the least distance of a
+    point located in the windows from their bounds (below GRADED_WIDTH, the dividing curve
+    would reach the rule off them, which does not resolve it)."""
+    rows = []
+    for n, chain in chains.items():
+        finest = {}
+        for s, d in chain:
+            if s.window and d is not None:
+                finest[s.cap_rule] = (s, d)
+        for step, d in finest.values():
+            points, names = np.asarray(d["dividers"]), part_names(step)
+            half = sum(q for _, q, _ in step.cap_layout)
+            bounds = np.array([a for w in step.window for a in w])
+            for lev in range(step.levels, step.levels + half):
+                _, group, node = step.cap_level(lev)
+                if not step.cap_layout[group][2]:
+                    continue
+                found = [np.sort(points[points[:, 0] == k, 1]) for k in (lev, lev + half)]
+                near = min((np.abs((p[:, None] - bounds + math.pi) % (2 * math.pi)
+                                   - math.pi).min() for p in found if len(p)), default=math.nan)
+                rows.append([n, step.per_cap, f"{step.d_min:.0e}", names[group], node]
+                            + [" ".join(f"{a:.4f}" for a in p) for p in found]
+                            + [f"{near:.3f}"])
+    return rows
+
+
+def _window_text(chains) -> list[str]:
+    """The report's section on the dividing curve in the caps, seen by the windows' rules."""
+    rows = window_table(chains)
+    if not rows:
+        return []
+    return ["The dividing curve in the caps: the rules with windows about the band's dividing "
+            "points locate it per part of the cap in z (distance from the pole, from the "
+            "band's edge up) and per node; the points of the north cap's level and of the "
+            "south's twin, and the least distance of either from a window's bound:", "",
+            table(rows, ["state n", "caps' z-rule", "d_min", "part", "node", "north",
+                         "south", "from a bound"]), ""]
+
+
 def _attention_text(plan: Plan, chains, store: Path) -> list[str]:
     """The report's section on which levels carry the + cluster's attention on its tail."""
     text = []
@@ -1380,6 +1501,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                    ["n", "d_min", "uniform intervals", "t_rel", "t_arr", "max |dW2| to Pi#rho_0",
                     "max |dW2| to terminal", "agree until"]), "",
              *_levels_text(plan, runs, chains, cells, store),
+             *_window_text(chains),
              *_attention_text(plan, chains, store),
              "The cells run on from rho_0 at the same n (departure.py):", "",
              table(cells_table(cells, [(f"n = {n}'s state at {plan.t_handoff:g} on 2n cells",
