@@ -458,6 +458,13 @@ def test_window_table_gives_each_fine_levels_points_and_their_margin():
     chain = [(replace(step, d_min=0.0), {"dividers": points[:1]}), (step, {"dividers": points})]
     rows = ic.window_table({8: chain})
     assert [r[3:] for r in rows] == [
-        ["windows: pi/2 - z edge to 0.5", 0, "1.6200", "1.6100", "0.180"],
-        ["windows: pi/2 - z 0.5 to 0", 0, "1.5000 4.7000", "1.7800", "0.020"]]
+        ["windows: pi/2 - z edge to 0.5", 0, "1.6200", "1.6100", "0.180", 0],
+        ["windows: pi/2 - z 0.5 to 0", 0, "1.5000 4.7000", "1.7800", "0.020", 1]]
     assert rows[0][:3] == [8, "1 per cap (1 x 2 parts in the windows)", "1e-03"]
+    # with two nodes per part the south's twin of the north's node j is its node 1 - j (z
+    # ascending in both caps)
+    two = replace(step, fine=(2, (0.5,)))   # north: off 2, fine 3 to 6; south: off 7, 8 to 11
+    points = np.array([[3, 1.61], [4, 1.62], [8, 1.52], [9, 1.51]])
+    rows = ic.window_table({8: [(two, {"dividers": points})]})
+    assert [r[4:7] for r in rows[:2]] == [[0, "1.6100", "1.5100"], [1, "1.6200", "1.5200"]]
+    assert ic.in_windows(1.5, two.window) and not ic.in_windows(1.81, two.window)

@@ -1418,9 +1418,10 @@ def _levels_text(plan, runs, chains, cells, store: Path) -> list[str]:
 
 def window_table(chains) -> list:
     """Per windowed rule's finest d_min, per level of its fine rule (north cap): the dividing
-    points that level located and the south's twin level's, and the least distance of a
-    point located in the windows from their bounds (below GRADED_WIDTH, the dividing curve
-    would reach the rule off them, which does not resolve it)."""
+    points that level located and its south twin's (the same part, its nodes mirrored), the
+    least distance of those in the windows from their bounds (below GRADED_WIDTH the curve
+    nears the rule off them, which does not resolve it) and how many lie off the windows (a
+    level whose tokens in one window all end on one side: the curve has left the windows)."""
     rows = []
     for n, chain in chains.items():
         finest = {}
@@ -1429,19 +1430,27 @@ def window_table(chains) -> list:
                 finest[s.cap_rule] = (s, d)
         for step, d in finest.values():
             points, names = np.asarray(d["dividers"]), part_names(step)
-            half = sum(q for _, q, _ in step.cap_layout)
-            bounds = np.array([a for w in step.window for a in w])
+            half, q = sum(q for _, q, _ in step.cap_layout), step.fine[0]
             for lev in range(step.levels, step.levels + half):
                 _, group, node = step.cap_level(lev)
                 if not step.cap_layout[group][2]:
                     continue
-                found = [np.sort(points[points[:, 0] == k, 1]) for k in (lev, lev + half)]
-                near = min((np.abs((p[:, None] - bounds + math.pi) % (2 * math.pi)
-                                   - math.pi).min() for p in found if len(p)), default=math.nan)
+                found = [np.sort(points[points[:, 0] == k, 1])
+                         for k in (lev, lev + half + (q - 1 - 2 * node))]
+                both = np.concatenate(found)
+                inside = np.array([in_windows(a, step.window) for a in both], bool)
+                near = np.abs((both[inside, None] - np.array([a for w in step.window for a in w])
+                               + math.pi) % (2 * math.pi) - math.pi)
                 rows.append([n, step.per_cap, f"{step.d_min:.0e}", names[group], node]
                             + [" ".join(f"{a:.4f}" for a in p) for p in found]
-                            + [f"{near:.3f}"])
+                            + [f"{near.min():.3f}" if near.size else "-",
+                               int((~inside).sum())])
     return rows
+
+
+def in_windows(theta: float, window) -> bool:
+    """Whether the angle lies in one of the windows ((lo, hi), ...)."""
+    return any((theta - lo) % (2 * math.pi) < (hi - lo) % (2 * math.pi) for lo, hi in window)
 
 
 def _window_text(chains) -> list[str]:
@@ -1452,9 +1461,11 @@ def _window_text(chains) -> list[str]:
     return ["The dividing curve in the caps: the rules with windows about the band's dividing "
             "points locate it per part of the cap in z (distance from the pole, from the "
             "band's edge up) and per node; the points of the north cap's level and of the "
-            "south's twin, and the least distance of either from a window's bound:", "",
-            table(rows, ["state n", "caps' z-rule", "d_min", "part", "node", "north",
-                         "south", "from a bound"]), ""]
+            "south's twin (its nodes mirrored), the least distance of those in the windows "
+            "from a bound, and how many lie off them (there a level's tokens in each window "
+            "all end on one side: the curve has left the windows, into the rule off them):",
+            "", table(rows, ["state n", "caps' z-rule", "d_min", "part", "node", "north",
+                             "south", "from a bound", "off the windows"]), ""]
 
 
 def _attention_text(plan: Plan, chains, store: Path) -> list[str]:
