@@ -350,14 +350,18 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # nodes per cap stop earlier, where q' = 1 and 2 show the rule settled within
             # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20;
             # the composite z-rule: parts of about a quarter of the cap's mass each; then
-            # parts cut toward the pole; then tenths of the mass in the dividers' windows
+            # parts cut toward the pole; then tenths of the mass in the dividers' windows, with
+            # two and four nodes per cap off them
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
                          (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
                          (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS),
-                         (2, 2, 1e-4, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)),
-                         (2, 2, 1e-4, (), (), DIVIDER_WINDOWS, (2, WINDOW_CUTS)))),),
+                         (2, 2, 1e-7, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)),
+                         (2, 2, 1e-6, (), (), DIVIDER_WINDOWS, (2, WINDOW_CUTS)),
+                         (2, 4, 1e-4, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
-            attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),))
+            attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),
+                       Step(64, 1e-4, levels=2, caps=2, window=DIVIDER_WINDOWS,
+                            fine=(1, WINDOW_CUTS))))
 
 
 # ------------------------------------------------------------------------ the circle state
