@@ -551,16 +551,22 @@ def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, window=(), in
                             windowed(edges, window, inside) if window else edges, q)
 
 
+def in_windows(theta, window) -> np.ndarray:
+    """Whether each angle lies in one of the windows ((lo, hi), ...; one may wrap 2 pi)."""
+    theta = np.asarray(theta, dtype=float)
+    within = np.zeros(theta.shape, bool)
+    for lo, hi in window:
+        within |= (theta - lo) % (2 * math.pi) < (hi - lo) % (2 * math.pi)
+    return within
+
+
 def windowed(edges, window, inside: bool):
     """The intervals of ``edges`` (on [edges[0], edges[0] + 2 pi]) cut at the bounds of the
     angle windows ((lo, hi), ...), those in the windows or those off them: (lo, hi) arrays."""
     bounds = np.array([a for w in window for a in w]) % (2 * math.pi)
     bounds = np.where(bounds <= edges[0], bounds + 2 * math.pi, bounds)
     e = np.union1d(edges, bounds[bounds < edges[-1]])
-    mid = 0.5 * (e[1:] + e[:-1]) % (2 * math.pi)
-    within = np.zeros(len(mid), bool)
-    for lo, hi in window:
-        within |= (mid - lo) % (2 * math.pi) < (hi - lo) % (2 * math.pi)
+    within = in_windows(0.5 * (e[1:] + e[:-1]), window)
     keep = within if inside else ~within
     return e[:-1][keep], e[1:][keep]
 
@@ -1442,7 +1448,7 @@ def window_table(chains) -> list:
                 found = [np.sort(points[points[:, 0] == k, 1])
                          for k in (lev, lev + half + (q - 1 - 2 * node))]
                 both = np.concatenate(found)
-                inside = np.array([in_windows(a, step.window) for a in both], bool)
+                inside = in_windows(both, step.window)
                 near = np.abs((both[inside, None] - np.array([a for w in step.window for a in w])
                                + math.pi) % (2 * math.pi) - math.pi)
                 rows.append([n, step.per_cap, f"{step.d_min:.0e}", names[group], node]
@@ -1450,11 +1456,6 @@ def window_table(chains) -> list:
                             + [f"{near.min():.3f}" if near.size else "-",
                                int((~inside).sum())])
     return rows
-
-
-def in_windows(theta: float, window) -> bool:
-    """Whether the angle lies in one of the windows ((lo, hi), ...)."""
-    return any((theta - lo) % (2 * math.pi) < (hi - lo) % (2 * math.pi) for lo, hi in window)
 
 
 def _window_text(chains) -> list[str]:
