@@ -167,7 +167,7 @@ class Step:
                 + ("_parts" + "-".join(map(str, self.cap_parts)) if self.cap_parts else "")
                 + ("_pole" + "-".join(f"{d:g}" for d in self.pole_cuts) if self.pole_cuts
                    else "")
-                + ("_win" + "-".join(f"{a:.4g}" for w in self.window for a in w)
+                + ("_win" + "-".join(f"{a:.4g}" for a in np.ravel(self.window))
                    + f"_fine{self.fine[0]}x" + "-".join(f"{d:g}" for d in self.fine[1])
                    if self.window else ""))
 
@@ -235,7 +235,12 @@ class Step:
     def n_levels(self) -> int:
         """Levels graded each about its own dividing points: the band's, then the caps'
         (north, then south); 1 on the circle."""
-        return max(1, self.levels + 2 * sum(q for _, q, _ in self.cap_layout))
+        return max(1, self.levels + 2 * self.cap_levels)
+
+    @property
+    def cap_levels(self) -> int:
+        """Levels per cap: the tokens per interval summed over :attr:`cap_layout`."""
+        return sum(q for _, q, _ in self.cap_layout)
 
 
 @dataclass(frozen=True)
@@ -470,6 +475,11 @@ def marginal(sol, k: int, theta, rows: int) -> np.ndarray:
     return column(sol, k, theta, rows)[1].sum(axis=(1, 2))
 
 
+def wrapped(angle):
+    """Angles (differences) brought into [-pi, pi)."""
+    return (angle + math.pi) % (2 * math.pi) - math.pi
+
+
 def graded_edges(m0: int, dividers, d_min: float) -> np.ndarray:
     """Interval edges on [theta_0, theta_0 + 2 pi): ``m0`` uniform intervals, replaced within
     GRADED_WIDTH of each dividing point by intervals shrinking in ratio GRADING down to
@@ -479,7 +489,7 @@ def graded_edges(m0: int, dividers, d_min: float) -> np.ndarray:
         k = math.ceil(math.log(d_min / GRADED_WIDTH) / math.log(GRADING))
         d = GRADED_WIDTH * GRADING ** np.arange(k + 1)
         for s in dividers:
-            e = e[np.abs((e - s + math.pi) % (2 * math.pi) - math.pi) > GRADED_WIDTH]
+            e = e[np.abs(wrapped(e - s)) > GRADED_WIDTH]
             e = np.concatenate([e, (s + d) % (2 * math.pi), (s - d) % (2 * math.pi)])
     e = np.sort(e)
     return np.append(e, e[0] + 2 * math.pi)
@@ -563,7 +573,7 @@ def in_windows(theta, window) -> np.ndarray:
 def windowed(edges, window, inside: bool):
     """The intervals of ``edges`` (on [edges[0], edges[0] + 2 pi]) cut at the bounds of the
     angle windows ((lo, hi), ...), those in the windows or those off them: (lo, hi) arrays."""
-    bounds = np.array([a for w in window for a in w]) % (2 * math.pi)
+    bounds = np.ravel(window) % (2 * math.pi)
     bounds = np.where(bounds <= edges[0], bounds + 2 * math.pi, bounds)
     e = np.union1d(edges, bounds[bounds < edges[-1]])
     within = in_windows(0.5 * (e[1:] + e[:-1]), window)
@@ -1440,7 +1450,7 @@ def window_table(chains) -> list:
                 finest[s.cap_rule] = (s, d)
         for step, d in finest.values():
             points, names = np.asarray(d["dividers"]), part_names(step)
-            half, q = sum(q for _, q, _ in step.cap_layout), step.fine[0]
+            half, q = step.cap_levels, step.fine[0]
             for lev in range(step.levels, step.levels + half):
                 _, group, node = step.cap_level(lev)
                 if not step.cap_layout[group][2]:
@@ -1449,8 +1459,7 @@ def window_table(chains) -> list:
                          for k in (lev, lev + half + (q - 1 - 2 * node))]
                 both = np.concatenate(found)
                 inside = in_windows(both, step.window)
-                near = np.abs((both[inside, None] - np.array([a for w in step.window for a in w])
-                               + math.pi) % (2 * math.pi) - math.pi)
+                near = np.abs(wrapped(both[inside, None] - np.ravel(step.window)))
                 rows.append([n, step.per_cap, f"{step.d_min:.0e}", names[group], node]
                             + [" ".join(f"{a:.4f}" for a in p) for p in found]
                             + [f"{near.min():.3f}" if near.size else "-",
