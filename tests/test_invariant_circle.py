@@ -342,6 +342,10 @@ def test_a_whole_sphere_chain_stops_at_its_own_d_min():
                   whole=((8, ((2, 2, 1e-3, (), (), ((1.4, 1.8),), (1, (0.5,))),)),))
     assert [(s.d_min, s.caps, s.window, s.fine) for s, _, _ in win.chain(8) if s.caps] == [
         (0.0, 2, ((1.4, 1.8),), (1, (0.5,))), (1e-3, 2, ((1.4, 1.8),), (1, (0.5,)))]
+    assert {s.all_round for s, _, _ in win.chain(8) if s.caps} == {0.0}
+    rnd = replace(win, whole=((8, ((2, 2, 1e-3, (), (), ((1.4, 1.8),), (1, (0.5,)), 0.5),)),))
+    assert [(s.d_min, s.all_round) for s, _, _ in rnd.chain(8) if s.caps] == [(0.0, 0.5),
+                                                                               (1e-3, 0.5)]
 
 
 def test_the_caps_z_rules_levels_and_their_next_coarser_rule():
@@ -406,6 +410,67 @@ def test_windows_cut_the_circle_into_intervals_in_and_off_them():
     fine = np.array([step.cap_layout[step.cap_level(lev)[1]][2] if lev >= 2 else False
                      for lev in level])
     assert np.array_equal(inside[level >= 2], fine[level >= 2])
+
+
+def test_the_fine_rule_goes_all_round_near_the_pole_and_the_rule_off_the_windows_stops():
+    win = ((0.9, 1.3), (6.0, 0.2))
+    step = ic.Step(8, 1e-3, levels=2, caps=2, window=win, fine=(1, (0.9, 0.5)), all_round=0.5)
+    assert [(b, q, inside) for b, q, inside in step.cap_layout] == [
+        ({"part": (0, None), "zone": (math.pi, 0.5)}, 2, False),
+        ({"zone": (math.pi, 0.9)}, 1, True), ({"zone": (0.9, 0.5)}, 1, True),
+        ({"zone": (0.5, 0.0)}, 1, None)]
+    assert ic.part_names(step) == ["off windows: pi/2 - z edge to 0.5",
+                                   "windows: pi/2 - z edge to 0.9", "windows: pi/2 - z 0.9 to 0.5",
+                                   "all round: pi/2 - z 0.5 to 0"]
+    assert step.name.endswith("_fine1x0.9-0.5_round0.5")
+    assert step.per_cap == ("2 per cap (1 x 3 parts in the windows, all round within 0.5 of "
+                            "the pole)")
+    assert ic.spec_of(step, [], ic.QUICK)["all_round"] == 0.5
+    assert "all_round" not in ic.spec_of(replace(step, all_round=0.0), [], ic.QUICK)
+    assert ic.rule_step(step.cap_rule).cap_layout == step.cap_layout
+    assert step.z_coarser is None and replace(step, fine=(2, (0.9, 0.5))).z_coarser == step
+    # parts cut toward the pole off the windows stop at the same distance
+    cut = replace(step, pole_cuts=(0.7, 0.3, 0.1))
+    assert [b for b, _, inside in cut.cap_layout if inside is False] == [
+        {"zone": (math.pi, 0.7)}, {"zone": (0.7, 0.5)}]
+    for bad in ({"all_round": 0.6}, {"all_round": 0.5, "window": (), "fine": ()}):
+        with pytest.raises(ValueError, match="all_round"):
+            replace(step, **bad)
+    # the levels carry the cap's mass; off the windows none nearer the pole than 0.5, all
+    # round none farther, and those on both sides of the windows
+    sol = sp.FiniteVolumeSolver(lp.model_for("R1", 16.0), 8).solve(sp.measures.Uniform(3), [0.0])
+    _, x, w, level = ic.levels_tokens(sol, step, [], 200, 2)
+    assert abs(w.sum() - sol.masses[0].sum()) < 1e-9
+    where = [step.cap_layout[step.cap_level(lev)[1]][2] if lev >= 2 else "band" for lev in level]
+    where = np.array(where, dtype=object)
+    polar = np.pi / 2 - np.abs(np.arcsin(np.clip(x[:, 2], -1, 1)))
+    off, round_ = np.equal(where, False), np.equal(where, None)
+    assert off.any() and np.all(polar[off] > 0.5 - 1e-12)
+    assert round_.any() and np.all(polar[round_] < 0.5 + 1e-12)
+    theta = np.arctan2(x[:, 1], x[:, 0]) % (2 * math.pi)
+    assert ic.in_windows(theta[round_], win).any() and not ic.in_windows(theta[round_], win).all()
+
+
+def test_a_windowed_rules_z_error_takes_the_rules_coarser_in_and_off_the_windows():
+    step = ic.Step(8, 1e-4, levels=2, caps=4, window=((1.4, 1.8),), fine=(2, (0.5,)))
+    done = {replace(step, caps=2): {}, replace(step, caps=3): {},
+            replace(step, caps=2, d_min=1e-3): {}, replace(step, caps=3, window=((1.3, 1.8),)): {},
+            replace(step, caps=3, all_round=0.5): {}, replace(step, caps=5): {}}
+    # off the windows the nearest coarser rule computed; in them none with one node per part
+    assert ic.coarser_z_rules(step, done) == [replace(step, caps=3)]
+    assert ic._z_error_words(step, [replace(step, caps=3)]) == (
+        "; tokens' error also vs 3 per cap (2 x 2 parts in the windows); the caps' z-error in "
+        "the windows not measured")
+    done[step.z_coarser] = {}
+    both = ic.coarser_z_rules(step, done)
+    assert both == [step.z_coarser, replace(step, caps=3)]
+    assert ic._z_error_words(step, both).count(" and ") == 1
+    assert "not measured" not in ic._z_error_words(step, both)
+    assert ic._z_error_words(step, []) == (
+        "; the caps' z-error in the windows and off them not measured")
+    assert ic.coarser_z_rules(replace(step, caps=2), done) == []
+    plain = ic.Step(8, 1e-4, levels=2, caps=2)
+    assert ic._z_error_words(plain, []).startswith("; the caps' z-error not measured")
 
 
 def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():

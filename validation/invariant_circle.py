@@ -108,16 +108,17 @@ TIGHT = (1e-8, 1e-11)
 
 
 def per_cap(caps: int, parts: tuple = (), cuts: tuple = (), window: tuple = (),
-            fine: tuple = ()) -> str:
+            fine: tuple = (), all_round: float = 0.0) -> str:
     """The caps' z-rule in words: q' per cap, or q' in each of its parts (cut at counts of
     cell pieces from the band's edge, or at distances from the pole); with windows, that
-    rule off them and the fine one in them."""
+    rule off them and the fine one in them, or all round nearer the pole than all_round."""
     if cuts:
         words = f"{caps} x {len(cuts) + 1} parts to the pole per cap"
     else:
         words = f"{caps} per cap" if not parts else f"{caps} x {len(parts) + 1} parts per cap"
     if window:
-        words += f" ({fine[0]} x {len(fine[1]) + 1} parts in the windows)"
+        words += (f" ({fine[0]} x {len(fine[1]) + 1} parts in the windows"
+                  + (f", all round within {all_round:g} of the pole" if all_round else "") + ")")
     return words
 
 
@@ -126,6 +127,15 @@ def _zones(cuts) -> list[dict]:
     edge up, as :func:`cap_column`'s keywords."""
     far = (math.pi, *cuts, 0.0)
     return [{"zone": far[i:i + 2]} for i in range(len(far) - 1)]
+
+
+def _short_of(bound: dict, near: float) -> dict | None:
+    """A part of a cap (:func:`cap_column`'s keywords) cut off at the distance ``near`` from
+    the pole (0: whole); None where nothing of it is left."""
+    if not near:
+        return bound
+    far, inner = bound.get("zone", (math.pi, 0.0))
+    return None if far <= near else {**bound, "zone": (far, max(inner, near))}
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,17 @@ class Step:
     #: sides and a few nodes in z lump it onto one
     window: tuple = ()
     fine: tuple = ()
+    #: with windows, the distance from the pole (one of the fine rule's cuts) within which
+    #: the fine rule's parts go all round and the caps' rule off the windows stops: toward
+    #: the pole the dividing curve leaves the windows, into columns the few nodes off them
+    #: would lump (0: the fine rule in the windows only)
+    all_round: float = 0.0
+
+    def __post_init__(self):
+        if self.all_round and (not self.window or self.all_round not in self.fine[1]):
+            raise ValueError(f"all_round = {self.all_round:g} must be one of the fine rule's "
+                             f"cuts {self.fine[1] if self.window else ()} (and needs windows): "
+                             "pick one of them, or 0 for the fine rule in the windows only")
 
     @property
     def repeat(self) -> bool:
@@ -169,7 +190,8 @@ class Step:
                    else "")
                 + ("_win" + "-".join(f"{a:.4g}" for a in np.ravel(self.window))
                    + f"_fine{self.fine[0]}x" + "-".join(f"{d:g}" for d in self.fine[1])
-                   if self.window else ""))
+                   if self.window else "")
+                + (f"_round{self.all_round:g}" if self.all_round else ""))
 
     @property
     def label(self) -> str:
@@ -187,9 +209,11 @@ class Step:
     @property
     def cap_rule(self) -> tuple:
         """(q' per part, counts of cell pieces from the band's edge, distances from the pole)
-        at which a cap is cut, and with windows, (the windows, their fine rule)."""
+        at which a cap is cut, and with windows, (the windows, their fine rule[, the distance
+        from the pole within which it goes all round])."""
         return ((self.caps, self.cap_parts, self.pole_cuts)
-                + ((self.window, self.fine) if self.window else ()))
+                + ((self.window, self.fine) if self.window else ())
+                + ((self.all_round,) if self.all_round else ()))
 
     @property
     def cap_bounds(self) -> list[dict]:
@@ -203,10 +227,13 @@ class Step:
     def cap_layout(self) -> list[tuple]:
         """A cap's groups of levels: (:func:`cap_column`'s keywords, q' tokens per interval,
         where: None all round, False off the windows, True in them), the parts of the caps'
-        rule from the band's edge up, then those of the windows' fine rule."""
-        out = [(b, self.caps, False if self.window else None) for b in self.cap_bounds]
+        rule from the band's edge up (up to :attr:`all_round` from the pole), then those of
+        the windows' fine rule (all round within :attr:`all_round` of the pole)."""
+        bounds = [_short_of(b, self.all_round) for b in self.cap_bounds]
+        out = [(b, self.caps, False if self.window else None) for b in bounds if b]
         if self.window:
-            out += [(b, self.fine[0], True) for b in _zones(self.fine[1])]
+            out += [(b, self.fine[0], True if b["zone"][1] >= self.all_round else None)
+                    for b in _zones(self.fine[1])]
         return out
 
     def cap_level(self, lev: int) -> tuple[int, int, int]:
@@ -275,11 +302,12 @@ class Plan:
     #: of the dividing points, where the band holds 2e-8), seeded by the band's own 3D chain
     sphere: tuple = ()
     sphere_d_mins: tuple = ()
-    #: (n, ((q, q'[, d_min[, parts[, cuts[, window, fine]]]]), ...)): 3D chains over the
-    #: whole sphere, uniform
+    #: (n, ((q, q'[, d_min[, parts[, cuts[, window, fine[, all_round]]]]]), ...)): 3D chains
+    #: over the whole sphere, uniform
     #: then over whole_d_mins (down to d_min where given): the band's q levels and, in each
     #: cap off the band (from the band's edge to the pole, or in each of its parts:
-    #: Step.cap_parts, Step.pole_cuts; in the windows Step.window, Step.fine),
+    #: Step.cap_parts, Step.pole_cuts; in the windows Step.window, Step.fine, all round near
+    #: the pole Step.all_round),
     #: q' levels at the Gauss nodes in z of the mass over each interval (CAP_M0 uniform
     #: intervals), every level graded about its own
     #: dividing points: as one token per cell the mass off the band is not graded, and its
@@ -308,11 +336,12 @@ class Plan:
                                     [{"levels": q, "sphere": True} for q in qs])
         for k, pairs in self.whole:
             for q, caps, *rest in pairs if k == n else ():
-                floor, parts, cuts, window, fine = (*rest, *(0.0, (), (), (), ())[len(rest):])
+                floor, parts, cuts, window, fine, rnd = (
+                    *rest, *(0.0, (), (), (), (), 0.0)[len(rest):])
                 d_mins = [d for d in self.whole_d_mins if d >= floor]
                 out += _fresh([Step(n, d, levels=q, caps=caps, cap_parts=tuple(parts),
                                     pole_cuts=tuple(cuts), window=tuple(window),
-                                    fine=tuple(fine)) for d in (0.0, *d_mins)])
+                                    fine=tuple(fine), all_round=rnd) for d in (0.0, *d_mins)])
         return out
 
     def _seeded(self, n, d_mins, seeds, variants) -> list[tuple]:
@@ -344,6 +373,9 @@ POLE_CUTS = (0.3, 0.1, 0.03, 0.01)
 #: mass per part in n = 64's state at the handoff.
 DIVIDER_WINDOWS = ((1.4, 1.8), (1.4 + math.pi, 1.8 + math.pi))
 WINDOW_CUTS = (1.15, 1.1, 1.04, 0.97, 0.89, 0.8, 0.7, 0.58, 0.41)
+#: Within this distance of the pole the fine rule goes all round (Step.all_round): the curve
+#: bends back toward 1.43 rad at 0.5 and leaves the windows above it.
+ROUND_NEAR = 0.7
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
@@ -356,13 +388,16 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # 5e-4 of their finest: 1e-7 (1e-8 its own check) up to t = 26, 1e-4 up to t = 20;
             # the composite z-rule: parts of about a quarter of the cap's mass each; then
             # parts cut toward the pole; then tenths of the mass in the dividers' windows, with
-            # two and four nodes per cap off them
+            # two and four nodes per cap off them, and those parts taken all round within 0.7
+            # of the pole, where the curve leaves the windows
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
                          (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
                          (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS),
                          (2, 2, 1e-7, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)),
                          (2, 2, 1e-6, (), (), DIVIDER_WINDOWS, (2, WINDOW_CUTS)),
-                         (2, 4, 1e-4, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)))),),
+                         (2, 4, 1e-4, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS)),
+                         (2, 2, 1e-7, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS), ROUND_NEAR),
+                         (2, 4, 1e-7, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS), ROUND_NEAR))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
             attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),
                        Step(64, 1e-4, levels=2, caps=2, window=DIVIDER_WINDOWS,
@@ -555,10 +590,10 @@ def band_tokens(sol, k: int, edges, rows: int, q: int):
 def cap_tokens(sol, k: int, edges, rows: int, q: int, north: bool, window=(), inside=None,
                **part):
     """:func:`band_tokens` for the mass of the north or south cap off the band, or of one part
-    of it (:func:`cap_column`'s keywords); with ``window``, only over the angles in the
-    windows (``inside``) or off them (:func:`windowed`)."""
+    of it (:func:`cap_column`'s keywords); over the angles in the ``window`` (``inside``
+    True) or off them (False, :func:`windowed`), or all round (None)."""
     return _interval_tokens(lambda at: cap_column(sol, k, at, rows, north, **part),
-                            windowed(edges, window, inside) if window else edges, q)
+                            windowed(edges, window, inside) if inside is not None else edges, q)
 
 
 def in_windows(theta, window) -> np.ndarray:
@@ -737,6 +772,8 @@ def spec_of(step: Step, dividers, plan: Plan) -> dict:
     if step.window:
         spec.update(window=[list(w) for w in step.window],
                     fine=[step.fine[0], list(step.fine[1])])
+    if step.all_round:
+        spec["all_round"] = step.all_round
     return spec
 
 
@@ -782,7 +819,8 @@ def level_attention(plan: Plan, chains, store: Path, compute_missing=True) -> di
 def part_names(step: Step) -> list[str]:
     """The caps' groups of levels in words (:attr:`Step.cap_layout`)."""
     def name(bound, inside):
-        where = {None: "", False: "off windows: ", True: "windows: "}[inside]
+        where = {None: "all round: " if step.window else "", False: "off windows: ",
+                 True: "windows: "}[inside]
         if "zone" in bound:
             far, near = bound["zone"]
             return (where + "pi/2 - z " + ("edge" if far == math.pi else f"{far:g}")
@@ -993,7 +1031,7 @@ def rule_step(rule) -> Step:
     """A step with the caps' z-rule ``rule`` (:attr:`Step.cap_rule`), no band levels."""
     caps, parts, cuts, *win = rule
     return Step(0, 0.0, caps=caps, cap_parts=parts, pole_cuts=cuts,
-                **(dict(zip(("window", "fine"), win, strict=True)) if win else {}))
+                **dict(zip(("window", "fine", "all_round")[:len(win)], win, strict=True)))
 
 
 def _across(q: int, whole: bool, caps: int, *rule) -> str:
@@ -1195,20 +1233,42 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
     return rows, finer, limits
 
 
+def coarser_z_rules(step: Step, done: dict) -> list[Step]:
+    """The computed rules (``done``: {step: data}) one refinement coarser in the caps' z-rule
+    at the same d_min: :attr:`Step.z_coarser`, and with windows the same rule with the most
+    nodes fewer per cap off them (the fine rule's error and the error off the windows add)."""
+    out = [step.z_coarser] if step.z_coarser in done else []
+    if step.window:
+        fewer = [s.caps for s in done if s.caps < step.caps and replace(s, caps=step.caps) == step]
+        out += [replace(step, caps=max(fewer))] if fewer else []
+    return out
+
+
+def _z_error_words(step: Step, coarser: list) -> str:
+    """What a confirmation's tokens' error holds of the caps' z-error, in words."""
+    words = f"; tokens' error also vs {' and '.join(s.per_cap for s in coarser)}" if coarser else ""
+    if step.window:
+        had = {"in the windows": step.z_coarser in coarser,
+               "off them": any(s.caps < step.caps for s in coarser)}
+        missing = [where for where, yes in had.items() if not yes]
+        return words + (f"; the caps' z-error {' and '.join(missing)} not measured"
+                        if missing else "")
+    if step.caps and not coarser:
+        return "; the caps' z-error not measured (no coarser z-rule at this d_min)"
+    return words
+
+
 def levels_confirmations(plan, runs, chains, cells) -> list:
     """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
-    the same state; the tokens' error of a whole-sphere rule sums its two refinements, in
-    d_min and in the caps' z-rule (:attr:`Step.z_coarser` at the same d_min)."""
+    the same state; the tokens' error of a whole-sphere rule sums its refinements, in d_min
+    and in the caps' z-rule (:func:`coarser_z_rules` at the same d_min)."""
     rows = []
     for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
         if runs.get(n) is None or cells.get(n) is None:
             continue
-        refs, also = [prev], ""
-        fewer = step.z_coarser and dict(chains[n]).get(step.z_coarser)
-        if fewer:
-            refs, also = [prev, fewer], f"; tokens' error also vs {step.z_coarser.per_cap}"
-        elif step.caps:
-            also = "; the caps' z-error not measured (no coarser z-rule at this d_min)"
+        done = {s: d for s, d in chains[n] if d is not None}
+        coarser = coarser_z_rules(step, done)
+        refs, also = [prev] + [done[s] for s in coarser], _z_error_words(step, coarser)
         rows.append(confirmation_row(
             f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
             f"state (vs {n}){also}", tok, refs, runs[n], cells[n], plan.t_handoff, PROBES))
@@ -1298,7 +1358,7 @@ def levels_table(chains, t_handoff: float) -> list:
     """Per 3D rule (:func:`_pair_row`): against the rule on the circle of the same d_min and
     against the 3D rule with the most nodes fewer across the band; with the cells off the
     band, against the same rule without them; with the caps graded, against the band only,
-    the cells off it as tokens, and the caps' next coarser z-rule (:attr:`Step.z_coarser`)."""
+    the cells off it as tokens, and the caps' coarser z-rules (:func:`coarser_z_rules`)."""
     rows = []
     for n, chain in chains.items():
         done = {s: d for s, d in chain if d is not None}
@@ -1306,8 +1366,8 @@ def levels_table(chains, t_handoff: float) -> list:
             if step.caps:
                 refs = [(Step(n, step.d_min, levels=step.levels), "band only"),
                         (Step(n, step.d_min, levels=step.levels, sphere=True),
-                         "off band a token per cell")] + (
-                    [(step.z_coarser, step.z_coarser.per_cap)] if step.z_coarser else [])
+                         "off band a token per cell")] + [
+                    (s, s.per_cap) for s in coarser_z_rules(step, done)]
             elif step.sphere:
                 refs = [(Step(n, step.d_min, levels=step.levels), "band only")]
             else:
@@ -1453,7 +1513,8 @@ def window_table(chains) -> list:
             half, q = step.cap_levels, step.fine[0]
             for lev in range(step.levels, step.levels + half):
                 _, group, node = step.cap_level(lev)
-                if not step.cap_layout[group][2]:
+                where = step.cap_layout[group][2]
+                if where is False:
                     continue
                 found = [np.sort(points[points[:, 0] == k, 1])
                          for k in (lev, lev + half + (q - 1 - 2 * node))]
@@ -1462,7 +1523,8 @@ def window_table(chains) -> list:
                 near = np.abs(wrapped(both[inside, None] - np.ravel(step.window)))
                 rows.append([n, step.per_cap, f"{step.d_min:.0e}", names[group], node]
                             + [" ".join(f"{a:.4f}" for a in p) for p in found]
-                            + [f"{near.min():.3f}" if near.size else "-",
+                            + ["all round" if where is None else
+                               f"{near.min():.3f}" if near.size else "-",
                                int((~inside).sum())])
     return rows
 
