@@ -161,9 +161,10 @@ class Step:
     window: tuple = ()
     fine: tuple = ()
     #: with windows, the distance from the pole (one of the fine rule's cuts) within which
-    #: the fine rule's parts go all round and the caps' rule off the windows stops: toward
-    #: the pole the dividing curve leaves the windows, into columns the few nodes off them
-    #: would lump (0: the fine rule in the windows only)
+    #: the fine rule's parts go all round and the caps' rule off the windows stops: the
+    #: meridians meet at the pole, so a window in angle narrows in space there (0.4 rad is
+    #: 0.08 rad across at 0.2 from the pole) and the columns just off it, which the few nodes
+    #: off the windows lump, lie next to the curve (0: the fine rule in the windows only)
     all_round: float = 0.0
 
     def __post_init__(self):
@@ -373,8 +374,9 @@ POLE_CUTS = (0.3, 0.1, 0.03, 0.01)
 #: mass per part in n = 64's state at the handoff.
 DIVIDER_WINDOWS = ((1.4, 1.8), (1.4 + math.pi, 1.8 + math.pi))
 WINDOW_CUTS = (1.15, 1.1, 1.04, 0.97, 0.89, 0.8, 0.7, 0.58, 0.41)
-#: Within this distance of the pole the fine rule goes all round (Step.all_round): the curve
-#: bends back toward 1.43 rad at 0.5 and leaves the windows above it.
+#: Within this distance of the pole the fine rule goes all round (Step.all_round): there the
+#: rules with the windows alone located the curve near or off the windows' bounds (1.43 rad
+#: at 0.5 from the pole, 1.33 above).
 ROUND_NEAR = 0.7
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
