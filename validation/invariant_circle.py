@@ -391,7 +391,8 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # the composite z-rule: parts of about a quarter of the cap's mass each; then
             # parts cut toward the pole; then tenths of the mass in the dividers' windows, with
             # two and four nodes per cap off them, and those parts taken all round within 0.7
-            # of the pole, where the curve leaves the windows
+            # of the pole, where the windows narrow in space and the rule off them lumps the
+            # columns next to the curve
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
                          (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
                          (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS),
