@@ -429,6 +429,13 @@ def test_the_fine_rule_goes_all_round_near_the_pole_and_the_rule_off_the_windows
     assert "all_round" not in ic.spec_of(replace(step, all_round=0.0), [], ic.QUICK)
     assert ic.rule_step(step.cap_rule).cap_layout == step.cap_layout
     assert step.z_coarser is None and replace(step, fine=(2, (0.9, 0.5))).z_coarser == step
+    # the parts halved in height: one node per part is refined in h, and coarsened back
+    cuts = ic.halved((0.9, 0.5))
+    assert cuts == (1.0404, 0.9, 0.7, 0.5, 0.25)
+    assert replace(step, fine=(1, cuts)).z_coarser == step
+    assert replace(step, fine=(2, cuts)).z_coarser == replace(step, fine=(1, cuts))
+    assert replace(step, fine=(1, cuts), all_round=0.7).z_coarser is None
+    assert replace(step, fine=(1, (0.9, 0.7, 0.5))).z_coarser is None
     # parts cut toward the pole off the windows stop at the same distance
     cut = replace(step, pole_cuts=(0.7, 0.3, 0.1))
     assert [b for b, _, inside in cut.cap_layout if inside is False] == [
@@ -471,6 +478,16 @@ def test_a_windowed_rules_z_error_takes_the_rules_coarser_in_and_off_the_windows
     assert ic.coarser_z_rules(replace(step, caps=2), done) == []
     plain = ic.Step(8, 1e-4, levels=2, caps=2)
     assert ic._z_error_words(plain, []).startswith("; the caps' z-error not measured")
+    # a rule finer than every coarser chain: with ``above``, each at its finest d_min
+    finer = replace(step, d_min=1e-6)
+    assert ic.coarser_z_rules(finer, done) == []
+    above = ic.coarser_z_rules(finer, done, above=True)
+    assert above == [step.z_coarser, replace(step, caps=3)]
+    assert ic._z_error_words(finer, above) == (
+        "; tokens' error also vs 4 per cap (1 x 2 parts in the windows) at 1e-04 and 3 per cap "
+        "(2 x 2 parts in the windows) at 1e-04")
+    done[replace(step.z_coarser, d_min=1e-5)] = {}
+    assert ic.coarser_z_rules(finer, done, above=True)[0].d_min == 1e-5
 
 
 def test_caps_table_sets_the_chains_side_by_side_where_one_of_them_stops():

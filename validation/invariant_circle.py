@@ -248,11 +248,16 @@ class Step:
     @property
     def z_coarser(self):
         """The caps' next coarser z-rule at the same d_min: one node fewer per part in the
-        windows; without them, one node fewer per cap or per part, and with one per part,
-        one Gauss rule over the cap with as many nodes (None: no coarser rule)."""
+        windows, and with one per part, parts twice as high where the cuts are
+        :func:`halved` ones; without windows, one node fewer per cap or per part, and with
+        one per part, one Gauss rule over the cap with as many nodes (None: no coarser rule)."""
         if self.window:
-            return (replace(self, fine=(self.fine[0] - 1, self.fine[1]))
-                    if self.fine[0] > 1 else None)
+            if self.fine[0] > 1:
+                return replace(self, fine=(self.fine[0] - 1, self.fine[1]))
+            half = self.fine[1][1::2]
+            whole = (half and halved(half) == self.fine[1]
+                     and (not self.all_round or self.all_round in half))
+            return replace(self, fine=(1, half)) if whole else None
         if self.caps > 1:
             return replace(self, caps=self.caps - 1)
         if len(self.cap_bounds) > 1:
@@ -374,6 +379,17 @@ POLE_CUTS = (0.3, 0.1, 0.03, 0.01)
 #: mass per part in n = 64's state at the handoff.
 DIVIDER_WINDOWS = ((1.4, 1.8), (1.4 + math.pi, 1.8 + math.pi))
 WINDOW_CUTS = (1.15, 1.1, 1.04, 0.97, 0.89, 0.8, 0.7, 0.58, 0.41)
+
+
+def halved(cuts) -> tuple:
+    """Distances from the pole (descending) with a cut added midway in each part, the part at
+    the band's edge (which lies within ROWS_ANGLE of z = 0) included: the composite z-rule's
+    parts halved in height, its h-refinement."""
+    far = (math.pi / 2 - ROWS_ANGLE, *cuts, 0.0)
+    mid = [round((a + b) / 2, 4) for a, b in zip(far[:-1], far[1:], strict=True)]
+    return tuple(sorted({*cuts, *mid}, reverse=True))
+
+
 #: Within this distance of the pole the fine rule goes all round (Step.all_round): there the
 #: rules with the windows alone located the curve near or off the windows' bounds (1.43 rad
 #: at 0.5 from the pole, 1.33 above).
@@ -1242,41 +1258,55 @@ def confirmations(plan, runs, chains, cells, fine, coarse):
     return rows, finer, limits
 
 
-def coarser_z_rules(step: Step, done: dict) -> list[Step]:
+def coarser_z_rules(step: Step, done: dict, above: bool = False) -> list[Step]:
     """The computed rules (``done``: {step: data}) one refinement coarser in the caps' z-rule
     at the same d_min: :attr:`Step.z_coarser`, and with windows the same rule with the most
-    nodes fewer per cap off them (the fine rule's error and the error off the windows add)."""
-    out = [step.z_coarser] if step.z_coarser in done else []
+    nodes fewer per cap off them (the fine rule's error and the error off the windows add).
+    With ``above``, a coarser rule whose chain stopped short of step's d_min counts at its
+    finest d_min: its step then holds its own d_min error too, a wider bar, not a narrower."""
+    def computed(rule: Step) -> Step | None:
+        if rule in done or not above or not rule.d_min:
+            return rule if rule in done else None
+        same = [s for s in done if s.d_min > rule.d_min and replace(s, d_min=rule.d_min) == rule]
+        return min(same, key=lambda s: s.d_min) if same else None
+
+    out = [computed(step.z_coarser)] if step.z_coarser else []
     if step.window:
-        fewer = [s.caps for s in done if s.caps < step.caps and replace(s, caps=step.caps) == step]
-        out += [replace(step, caps=max(fewer))] if fewer else []
-    return out
+        fewer = [s.caps for s in done if s.caps < step.caps
+                 and replace(s, caps=step.caps, d_min=step.d_min) == step
+                 and computed(replace(step, caps=s.caps)) is not None]
+        out += [computed(replace(step, caps=max(fewer)))] if fewer else []
+    return [s for s in out if s is not None]
 
 
 def _z_error_words(step: Step, coarser: list) -> str:
     """What a confirmation's tokens' error holds of the caps' z-error, in words."""
-    words = f"; tokens' error also vs {' and '.join(s.per_cap for s in coarser)}" if coarser else ""
+    named = [s.per_cap + (f" at {s.d_min:.0e}" if s.d_min != step.d_min else "")
+             for s in coarser]
+    words = f"; tokens' error also vs {' and '.join(named)}" if coarser else ""
     if step.window:
-        had = {"in the windows": step.z_coarser in coarser,
+        had = {"in the windows": any(replace(s, d_min=step.d_min) == step.z_coarser
+                                     for s in coarser),
                "off them": any(s.caps < step.caps for s in coarser)}
         missing = [where for where, yes in had.items() if not yes]
         return words + (f"; the caps' z-error {' and '.join(missing)} not measured"
                         if missing else "")
     if step.caps and not coarser:
-        return "; the caps' z-error not measured (no coarser z-rule at this d_min)"
+        return "; the caps' z-error not measured (no coarser z-rule at this d_min or above)"
     return words
 
 
 def levels_confirmations(plan, runs, chains, cells) -> list:
     """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
     the same state; the tokens' error of a whole-sphere rule sums its refinements, in d_min
-    and in the caps' z-rule (:func:`coarser_z_rules` at the same d_min)."""
+    and in the caps' z-rule (:func:`coarser_z_rules`, at the same d_min or, where the coarser
+    rule's chain stopped short of it, at that chain's finest)."""
     rows = []
     for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
         if runs.get(n) is None or cells.get(n) is None:
             continue
         done = {s: d for s, d in chains[n] if d is not None}
-        coarser = coarser_z_rules(step, done)
+        coarser = coarser_z_rules(step, done, above=True)
         refs, also = [prev] + [done[s] for s in coarser], _z_error_words(step, coarser)
         rows.append(confirmation_row(
             f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
