@@ -39,8 +39,11 @@ Per cell resolution n (the finite volumes' state at t = 12):
   pieces from the band's edge, q' Gauss nodes in each part (a composite rule in z, refined
   toward the edge, where the attention weight on the cap's mass is largest), for q' = 1, 2;
   and cut instead at distances from the pole (``POLE_CUTS``), q' = 1, 2, the top node within
-  a hundredth of a radian of the pole; one of these rules run again to record which levels
-  carry the + cluster's attention on its tail;
+  a hundredth of a radian of the pole; and in angle windows about the dividing points
+  (``DIVIDER_WINDOWS``), and all round near the pole, cut into parts of about a tenth of the
+  mass there (``WINDOW_CUTS``), q' = 1 to 3 per part, and q' = 1 in parts half as high
+  (:func:`halved`); one of these rules run again to record which levels carry the + cluster's
+  attention on its tail;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
   resumable), and the first-order extrapolation of the cells at n and 2n.
 
@@ -409,8 +412,9 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # two and four nodes per cap off them, and those parts taken all round within 0.7
             # of the pole, where the windows narrow in space and the rule off them lumps the
             # columns next to the curve; with those parts all round, two nodes per part (to
-            # 1e-9) measure the error of one in the windows and near the pole, and three (to
-            # 1e-5) whether that z-rule settles
+            # 1e-9) measure the error of one in the windows and near the pole, three (to
+            # 1e-7) whether that z-rule settles, and one node in parts half as high (to 1e-6)
+            # whether its error falls with the parts' height
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
                          (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
                          (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS),
@@ -420,7 +424,9 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
                          (2, 2, 1e-8, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS), ROUND_NEAR),
                          (2, 4, 1e-8, (), (), DIVIDER_WINDOWS, (1, WINDOW_CUTS), ROUND_NEAR),
                          (2, 2, 1e-9, (), (), DIVIDER_WINDOWS, (2, WINDOW_CUTS), ROUND_NEAR),
-                         (2, 2, 1e-5, (), (), DIVIDER_WINDOWS, (3, WINDOW_CUTS), ROUND_NEAR))),),
+                         (2, 2, 1e-7, (), (), DIVIDER_WINDOWS, (3, WINDOW_CUTS), ROUND_NEAR),
+                         (2, 2, 1e-6, (), (), DIVIDER_WINDOWS, (1, halved(WINDOW_CUTS)),
+                          ROUND_NEAR))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
             attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),
                        Step(64, 1e-4, levels=2, caps=2, window=DIVIDER_WINDOWS,
