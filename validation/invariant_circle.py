@@ -1271,8 +1271,10 @@ def coarser_z_rules(step: Step, done: dict, above: bool = False) -> list[Step]:
     With ``above``, a coarser rule whose chain stopped short of step's d_min counts at its
     finest d_min: its step then holds its own d_min error too, a wider bar, not a narrower."""
     def computed(rule: Step) -> Step | None:
-        if rule in done or not above or not rule.d_min:
-            return rule if rule in done else None
+        if rule in done:
+            return rule
+        if not above or not rule.d_min:
+            return None
         same = [s for s in done if s.d_min > rule.d_min and replace(s, d_min=rule.d_min) == rule]
         return min(same, key=lambda s: s.d_min) if same else None
 
