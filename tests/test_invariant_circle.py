@@ -147,8 +147,8 @@ def test_dividing_points_are_where_the_sides_change_wrap_included():
 
 def test_a_tiny_chain_end_to_end(tmp_path):
     plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0,
-                   finer_cells=((8, 3.5),), stepping_cells=((8, 3.5, 1e-4),),
-                   bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
+                   finer_cells=((8, 3.5),), third_cells=((8, 3.5, 12),),
+                   stepping_cells=((8, 3.5, 1e-4),), bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
                    levels=((8, (2,)),), levels_d_mins=(1e-3,), sphere=((8, (2,)),),
                    sphere_d_mins=(1e-3,), whole=((8, ((2, 1), (2, 1, 0.0, (1,)))),),
                    whole_d_mins=(1e-3,),
@@ -231,6 +231,9 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     fine = ic.finer_cells(8, 3.5, plan, tmp_path)
     assert len(fine["w2"]) == 3 and int(fine["n"]) == 16
     assert abs(fine["w2"][0] - d0["w2"][12]) < 1.52 / 8 / 2
+    # a third resolution from n's state, not nested in n's cells: the same state too
+    third = ic.finer_cells(8, 3.5, plan, tmp_path, to=12)
+    assert int(third["n"]) == 12 and abs(third["w2"][0] - d0["w2"][12]) < 1.52 / 8 / 2
     # n's state on the same cells with a tighter multirate tolerance: the state itself
     tight = ic.finer_cells(8, 3.5, plan, tmp_path, macro_tol=1e-4)
     state = ic.cells_state(8, plan.t_handoff, plan.t_end, tmp_path)[3].measure(0)
@@ -240,6 +243,7 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     ic.report(plan, tmp_path, "tiny", folder=tmp_path)
     text = (tmp_path / "tiny.md").read_text()
     assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text
+    assert "n = 8's state at 3 on 12 cells" in text
     assert "| 8 | 1e-04 | 400 vs 200 |" in text   # the bulk table
     assert "| 8 | 1e-03 | 3D, 2 across, vs circle |" in text   # the 3D table
     # the stepping table, against stand-in cells 0.01 off the tighter run
@@ -436,6 +440,12 @@ def test_the_fine_rule_goes_all_round_near_the_pole_and_the_rule_off_the_windows
     assert replace(step, fine=(2, cuts)).z_coarser == replace(step, fine=(1, cuts))
     assert replace(step, fine=(1, cuts), all_round=0.7).z_coarser is None
     assert replace(step, fine=(1, (0.9, 0.7, 0.5))).z_coarser is None
+    # a name spells the cuts out, unless they are too many for a file name: then the cuts
+    # they were halved from, and how many times
+    assert ic.cuts_tag(cuts) == "1.0404-0.9-0.7-0.5-0.25"
+    many = ic.halved(ic.halved(ic.WINDOW_CUTS))
+    assert ic.cuts_tag(many) == ic.cuts_tag(ic.halved(ic.WINDOW_CUTS)) + "_halved1"
+    assert len(ic.cuts_tag(ic.halved(many))) <= ic.CUTS_TAG_MAX + len("_halved2")
     # parts cut toward the pole off the windows stop at the same distance
     cut = replace(step, pole_cuts=(0.7, 0.3, 0.1))
     assert [b for b, _, inside in cut.cap_layout if inside is False] == [

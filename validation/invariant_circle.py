@@ -193,7 +193,7 @@ class Step:
                 + ("_pole" + "-".join(f"{d:g}" for d in self.pole_cuts) if self.pole_cuts
                    else "")
                 + ("_win" + "-".join(f"{a:.4g}" for a in np.ravel(self.window))
-                   + f"_fine{self.fine[0]}x" + "-".join(f"{d:g}" for d in self.fine[1])
+                   + f"_fine{self.fine[0]}x" + cuts_tag(self.fine[1])
                    if self.window else "")
                 + (f"_round{self.all_round:g}" if self.all_round else ""))
 
@@ -290,6 +290,9 @@ class Plan:
     #: (n, t_stop): n's state at the handoff also run on by cells at 2n to t_stop, to tell the
     #: cells' dynamics from one state apart from the state each resolution carries
     finer_cells: tuple = ()
+    #: (n, t_stop, m): n's state at the handoff run on by the cells at m, a third resolution
+    #: from one state beside n and 2n, for the order of the cells' own late curve
+    third_cells: tuple = ()
     #: (n, t_stop, macro_tol): n's state run on at n with a tighter multirate tolerance than
     #: the solver's default (1e-3, fixed across n), which a floor in the cells would show
     stepping_cells: tuple = ()
@@ -393,13 +396,30 @@ def halved(cuts) -> tuple:
     return tuple(sorted({*cuts, *mid}, reverse=True))
 
 
+#: The longest list of cuts a run's name spells out: file names stop at 255 bytes, and a
+#: twice-halved rule's 39 cuts would pass that
+CUTS_TAG_MAX = 160
+
+
+def cuts_tag(cuts) -> str:
+    """The cuts as a run's name spells them: each one, or where that is longer than
+    CUTS_TAG_MAX, the coarsest cuts they are :func:`halved` from and how many times."""
+    tag = "-".join(f"{d:g}" for d in cuts)
+    base, times = tuple(cuts), 0
+    while len(tag) > CUTS_TAG_MAX and base[1::2] and halved(base[1::2]) == base:
+        base, times = base[1::2], times + 1
+        tag = "-".join(f"{d:g}" for d in base) + f"_halved{times}"
+    return tag
+
+
 #: Within this distance of the pole the fine rule goes all round (Step.all_round): there the
 #: rules with the windows alone located the curve near or off the windows' bounds (1.43 rad
 #: at 0.5 from the pole, 1.33 above).
 ROUND_NEAR = 0.7
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
-            finer_cells=((32, 32.0), (64, 32.0)), stepping_cells=((64, 32.0, 1e-4),),
+            finer_cells=((32, 32.0), (64, 32.0)), third_cells=((64, 32.0, 96),),
+            stepping_cells=((64, 32.0, 1e-4),),
             bulk=((64, (8000, 16000)),),
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
@@ -881,25 +901,26 @@ def attention_table(step: Step, data, t_handoff: float) -> list:
 
 
 def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True,
-                macro_tol=None):
-    """The cells at 2n from n's state at the handoff (its reconstruction integrated over the
-    finer cells by their Gauss rule, total mass kept) to t_stop, probed as the chains are;
-    with ``macro_tol``, the cells at n from it with that multirate tolerance instead of the
-    solver's default. One solve over all outputs, checkpointed at each (the rows, the cell
-    averages and the + centre), so that a run longer than a sitting resumes where it stopped
-    (restarting the macro step once there); None when not finished and ``compute_missing``
-    is false."""
-    path, spec = _finer_path(n, t_stop, plan, store, macro_tol)
+                macro_tol=None, to=None):
+    """The cells at 2n (or ``to``) from n's state at the handoff (its reconstruction
+    integrated over those cells by their Gauss rule, total mass kept) to t_stop, probed as the
+    chains are; with ``macro_tol``, the cells at n from it with that multirate tolerance
+    instead of the solver's default. One solve over all outputs, checkpointed at each (the
+    rows, the cell averages and the + centre), so that a run longer than a sitting resumes
+    where it stopped (restarting the macro step once there); None when not finished and
+    ``compute_missing`` is false."""
+    path, spec = _finer_path(n, t_stop, plan, store, macro_tol, to)
     return cached_piece(
-        path, spec, lambda partial: _run_finer(n, t_stop, plan, partial, macro_tol),
+        path, spec, lambda partial: _run_finer(n, t_stop, plan, partial, macro_tol, to),
         path.stem, compute=compute_missing)
 
 
-def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path, macro_tol=None) -> dict:
+def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path, macro_tol=None,
+               to=None) -> dict:
     """:func:`finer_cells`' run, from its checkpoint ``partial`` when there is one."""
     t0, c0 = time.perf_counter(), time.process_time()
     model = model_for("R1", BETA)
-    m = _finer_n(n, macro_tol)
+    m = _finer_n(n, macro_tol, to)
     fine = sp.FiniteVolumeSolver(model, m, macro_tol=macro_tol or DEFAULT_MACRO_TOL)
     ts = _finer_times(n, t_stop, plan)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
@@ -938,13 +959,15 @@ def _finer_times(n: int, t_stop: float, plan: Plan) -> np.ndarray:
     return times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
 
 
-def _finer_n(n: int, macro_tol=None) -> int:
-    """The cells a finer run from n's state uses: 2n, or n itself for a tighter step."""
-    return n if macro_tol else 2 * n
+def _finer_n(n: int, macro_tol=None, to=None) -> int:
+    """The cells a finer run from n's state uses: ``to``, else 2n, or n itself for a tighter
+    step."""
+    return to or (n if macro_tol else 2 * n)
 
 
-def _finer_path(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None):
-    spec = {"beta": BETA, "n": n, "to": _finer_n(n, macro_tol), "t": [plan.t_handoff, t_stop]}
+def _finer_path(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None, to=None):
+    spec = {"beta": BETA, "n": n, "to": _finer_n(n, macro_tol, to),
+            "t": [plan.t_handoff, t_stop]}
     name = f"R1_cells_beta={BETA:g}_n={n}_to{spec['to']}_t={t_stop:g}"
     if macro_tol:
         spec["macro_tol"] = macro_tol
@@ -981,18 +1004,19 @@ def _finer_resume(partial, ts) -> dict | None:
     return out
 
 
-def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None):
+def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None, to=None):
     """The finer cells finished, or as far as their checkpoint reached (``partial`` set), or
     None."""
-    done = finer_cells(n, t_stop, plan, store, compute_missing=False, macro_tol=macro_tol)
+    done = finer_cells(n, t_stop, plan, store, compute_missing=False, macro_tol=macro_tol,
+                       to=to)
     if done is not None:
         return done
-    path, _ = _finer_path(n, t_stop, plan, store, macro_tol)
+    path, _ = _finer_path(n, t_stop, plan, store, macro_tol, to)
     ts = _finer_times(n, t_stop, plan)
     saved = _finer_resume(path.with_name(path.stem + ".partial.npz"), ts)
     if saved is None:
         return None
-    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan, _finer_n(n, macro_tol))
+    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan, _finer_n(n, macro_tol, to))
     out["partial"] = np.array(True)
     return out
 
@@ -1613,6 +1637,8 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
     runs = {n: finer_reached(n, t_stop, plan, store) for n, t_stop in plan.finer_cells}
     stepping = {(n, tol): finer_reached(n, t_stop, plan, store, tol)
                 for n, t_stop, tol in plan.stepping_cells}
+    third = {(n, m): finer_reached(n, t_stop, plan, store, to=m)
+              for n, t_stop, m in plan.third_cells}
     confirm, finer, limits = confirmations(plan, runs, chains, cells, fine, coarse)
     confirm += levels_confirmations(plan, runs, chains, cells)
     text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
@@ -1644,7 +1670,9 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                                   for n, d in limits.items()]
                                + [(f"n = {n}'s state at {plan.t_handoff:g} on n cells, macro_tol "
                                    f"{tol:g}", d) for (n, tol), d in stepping.items()
-                                  if d is not None]),
+                                  if d is not None]
+                               + [(f"n = {n}'s state at {plan.t_handoff:g} on {m} cells", d)
+                                  for (n, m), d in third.items() if d is not None]),
                    ["cells", "t_rel", "t_arr", "reached t", "W2 to terminal at end"]), "",
              "The finest rule of each chain (tokens from n's state) against cells, two ways: "
              f"the late-phase study's n = {LATE_CELLS[1]} from rho_0 (its error: against "
@@ -1691,6 +1719,8 @@ def main(argv=None):
             finer_cells(n, t_stop, plan, store)
         for n, t_stop, tol in plan.stepping_cells:
             finer_cells(n, t_stop, plan, store, macro_tol=tol)
+        for n, t_stop, m in plan.third_cells:
+            finer_cells(n, t_stop, plan, store, to=m)
     report(plan, store, name)
 
 
