@@ -115,6 +115,29 @@ def test_richardson_recovers_order_and_limit_of_a_known_expansion():
     assert np.max(np.abs(R - exact)) < 0.1 * np.max(np.abs(runs[2] - exact))
 
 
+def test_richardson_with_unequal_ratios_recovers_order_and_limit():
+    from spherepde.analysis.convergence import richardson
+
+    # cells at 64, 96, 128: ratios 1.5 and 4/3; a pure h^p error is removed exactly
+    exact = np.sin(T) + 2.0
+    for order in (1.0, 2.0, 0.5):
+        runs = [exact + 0.7 * np.cos(T) / n**order for n in (64, 96, 128)]
+        p, R, err = richardson(*runs, ratio=(1.5, 4 / 3))
+        assert abs(p - order) < 1e-9 and np.allclose(R, exact, atol=1e-12, rtol=0)
+        assert np.allclose(err, np.abs(runs[2] - exact), atol=1e-12, rtol=0)
+    # equal ratios given as a pair agree with the single ratio
+    h = [0.1 / 2**k for k in range(3)]
+    runs = [exact + 0.7 * np.cos(T) * x**1.5 + 0.4 * x**3 for x in h]
+    one, two = richardson(*runs), richardson(*runs, ratio=(2.0, 2.0))
+    assert one[0] == two[0] and np.array_equal(one[1], two[1])
+    # steps that shrink more slowly than any positive order allows (order 0 would give
+    # log 1.5 / log(4/3) = 1.41): refused
+    p, R, _ = richardson(T * 0 + 1.3e-3, T * 0, T * 0 - 1e-3, ratio=(1.5, 4 / 3))
+    assert math.isnan(p) and np.all(np.isnan(R))
+    with pytest.raises(ValueError, match="must exceed 1"):
+        richardson(T, T, T, ratio=(1.5, 1.0))
+
+
 def test_richardson_refuses_what_it_cannot_extrapolate():
     from spherepde.analysis.convergence import richardson
 

@@ -2,7 +2,10 @@
 "What converged means"): one definition for the main job and the validation study."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from scipy.optimize import brentq
 
 __all__ = ["resolution_error"]
 
@@ -40,25 +43,29 @@ def resolution_error(fine_times, fine_w2, coarse_times, coarse_w2, fine_width=No
     return common, err
 
 
-def richardson(coarse, mid, fine, ratio: float = 2.0):
+def richardson(coarse, mid, fine, ratio=2.0):
     r"""The observed order of three runs refined by ``ratio`` each, and the fine run
     extrapolated with it, with an error bar.
 
-    With an error e_h ≈ C h^p, the order is p = log(max|coarse − mid| / max|mid − fine|) /
-    log(ratio) (max norms over the common samples, one order for the whole curve), and the
-    extrapolant R = fine + (fine − mid) / (ratio^p − 1) removes the leading term. Its error
-    bar is the correction itself, |R − fine| (the grid-convergence index without a safety
-    factor): one order fitted to a whole curve is exact at its largest difference only, so
-    R is credited with removing the leading error, not with knowing the remainder.
+    With an error e_h ≈ C h^p, the order p solves (h0^p − h1^p) / (h1^p − h2^p) =
+    max|coarse − mid| / max|mid − fine| (max norms over the common samples, one order for the
+    whole curve); with one ratio r for both steps that is p = log(that quotient) / log(r). The
+    extrapolant R = fine + (fine − mid) h2^p / (h1^p − h2^p) (= (fine − mid) / (r^p − 1))
+    removes the leading term. Its error bar is the correction itself, |R − fine| (the
+    grid-convergence index without a safety factor): one order fitted to a whole curve is
+    exact at its largest difference only, so R is credited with removing the leading error,
+    not with knowing the remainder.
 
     Parameters
     ----------
-    coarse, mid, fine : (T,) the same quantity at resolutions h, h/ratio, h/ratio²
-    ratio : float > 1
+    coarse, mid, fine : (T,) the same quantity at resolutions h0 > h1 > h2
+    ratio : float > 1, or (h0/h1, h1/h2) where the two steps differ (cells at 64, 96, 128:
+        (1.5, 4/3))
 
     Returns
     -------
-    order : float (nan when the differences do not shrink: no asymptotic range)
+    order : float (nan when the differences do not shrink fast enough for any positive
+        order: no asymptotic range)
     extrapolated : (T,) R
     error : (T,) |R − fine|
 
@@ -72,15 +79,29 @@ def richardson(coarse, mid, fine, ratio: float = 2.0):
     (2.0, True, True)
     """
     coarse, mid, fine = (np.asarray(a, float) for a in (coarse, mid, fine))
-    if not ratio > 1:
-        raise ValueError(f"ratio = {ratio}: the refinement ratio must exceed 1")
+    r1, r2 = (float(ratio), float(ratio)) if np.ndim(ratio) == 0 else map(float, ratio)
+    if not (r1 > 1 and r2 > 1):
+        raise ValueError(f"ratio = {ratio}: each refinement ratio must exceed 1")
     if not coarse.shape == mid.shape == fine.shape:
         raise ValueError(f"shapes {coarse.shape}, {mid.shape}, {fine.shape}: the three runs "
                          "must be sampled at the same points")
     d_coarse, d_fine = np.max(np.abs(coarse - mid)), np.max(np.abs(mid - fine))
-    if not (d_fine > 0 and d_coarse > d_fine):
-        nan = np.full(fine.shape, np.nan)
+    nan = np.full(fine.shape, np.nan)
+    # the quotient of the two steps at order p, with h2 = 1: it rises from
+    # log(r1) / log(r2) at p -> 0 without bound, so a positive order exists above that
+    def quotient(p):
+        return r2 ** p * (r1 ** p - 1) / (r2 ** p - 1)
+
+    if not (d_fine > 0 and d_coarse / d_fine > math.log(r1) / math.log(r2)):
         return float("nan"), nan, nan
-    p = float(np.log(d_coarse / d_fine) / np.log(ratio))
-    correction = (fine - mid) / (ratio ** p - 1)
+    if r1 == r2:
+        p = float(math.log(d_coarse / d_fine) / math.log(r1))
+    else:
+        hi = 1.0
+        while quotient(hi) < d_coarse / d_fine and hi < 64:
+            hi *= 2
+        p = (hi if quotient(hi) < d_coarse / d_fine   # order 64 or more: no correction left
+             else float(brentq(lambda q: quotient(q) - d_coarse / d_fine, 1e-9, hi,
+                               xtol=1e-14)))
+    correction = (fine - mid) / (r2 ** p - 1)
     return p, fine + correction, np.abs(correction)
