@@ -303,6 +303,36 @@ def test_first_order_extrapolation_removes_an_error_that_halves():
         np.testing.assert_allclose(out[k], v[::2], atol=1e-14)
 
 
+def test_three_cell_resolutions_are_extrapolated_at_each_spans_observed_order():
+    plan = ic.Plan(cells=(64,), d_mins=(), tight=0.0, t_handoff=12.0, t_end=18.0)
+    t = np.linspace(12.0, 18.0, 25)
+    limit = {"w2": 0.2 + 0.01 * t, "w2_term": 0.4 - 0.02 * t}
+    # an error of order 1 over the first two spans, of order 2 over the last
+    order = np.where(t <= 16.0 + 1e-9, 1.0, 2.0)
+
+    def run(n):
+        return {"times": t, **{k: v + 3.0 * (1 + 0.1 * np.sin(t)) / n**order
+                               for k, v in limit.items()}}
+
+    own, mid, fine = run(64), run(96), run(128)
+    got, bar = ic.observed_limit(plan, own, mid, fine, 64, 96)
+    for k, v in limit.items():
+        np.testing.assert_allclose(got[k], v, atol=1e-12)
+        np.testing.assert_allclose(got[k] - bar[k], np.abs(fine[k] - v), atol=1e-12)
+    rows = ic.cells_order_table(plan, {64: fine}, {(64, 96): mid}, {64: own})
+    assert [r[2] for r in rows] == [14.0, 16.0, 18.0]
+    assert np.allclose([r[6] for r in rows], [1.0, 1.0, 2.0], atol=1e-9)
+    # where the middle resolution does not lie between the others, nothing is extrapolated:
+    # the finest run stands, with the three's spread as its bar
+    odd = {"times": t, **{k: v + 1.0 for k, v in mid.items() if k != "times"}}
+    got, bar = ic.observed_limit(plan, own, odd, fine, 64, 96)
+    np.testing.assert_array_equal(got["w2"], fine["w2"])
+    spread = np.ptp([own["w2"], odd["w2"], fine["w2"]], axis=0)
+    np.testing.assert_allclose(got["w2"] - bar["w2"], spread, atol=1e-12)
+    assert all(math.isnan(r[6]) for r in ic.cells_order_table(plan, {64: fine}, {(64, 96): odd},
+                                                             {64: own}))
+
+
 def test_gauss_rule_integrates_the_measure_to_degree_2q_minus_1():
     rng = np.random.default_rng(3)
     z, m = rng.uniform(-0.02, 0.03, (5, 40)), rng.uniform(0.0, 1.0, (5, 40))

@@ -45,7 +45,8 @@ Per cell resolution n (the finite volumes' state at t = 12):
   (:func:`halved`); one of these rules run again to record which levels carry the + cluster's
   attention on its tail;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
-  resumable), and the first-order extrapolation of the cells at n and 2n.
+  resumable), and the first-order extrapolation of the cells at n and 2n; and by a third
+  resolution between them, for the cells' observed order.
 
 The report states, per n, how long consecutive rules agree (the curve is converged up to
 there), the release and arrival times, and the comparison with the cells: from rho_0, and
@@ -85,6 +86,7 @@ from low_temperature import _particle_solver, cached_piece, initial
 
 import spherepde as sp
 from spherepde import io
+from spherepde.analysis.convergence import richardson
 from spherepde.density.finite_volume import DEFAULT_MACRO_TOL
 from spherepde.sphere.cubed_sphere import PANELS
 
@@ -1065,6 +1067,65 @@ def stepping_table(plan, stepping, chains, cells) -> list:
     return rows
 
 
+def _spans(times, t_handoff: float):
+    """Masks of ``times`` in spans of FINER_EVERY from the handoff (the first closed at the
+    handoff), with each span's end."""
+    for end in _every(times, t_handoff)[1:]:
+        lo = end - FINER_EVERY
+        yield end, ((times > lo + 1e-9) | (lo <= t_handoff + 1e-9) & (times >= lo - 1e-9)) \
+            & (times <= end + 1e-9)
+
+
+def _three(plan, own, mid, fine) -> tuple:
+    """The times all three cell runs from one state reached after the handoff, and both W2
+    curves of each there (as :func:`_on`)."""
+    t_stop = min(mid["times"][-1], fine["times"][-1], own["times"][-1])
+    t = fine["times"][(fine["times"] >= plan.t_handoff - 1e-9) & (fine["times"] <= t_stop + 1e-9)]
+    return t, [_on(d, t) for d in (own, mid, fine)]
+
+
+def observed_limit(plan, own, mid, fine, n: int, m: int) -> tuple[dict, dict]:
+    """The cells at n, m and 2n from one state extrapolated span by span (FINER_EVERY) at
+    each span's observed order (:func:`spherepde.analysis.convergence.richardson`, per W2
+    curve), and a stand-in run whose distance from it is the error bar: the correction where
+    an order was observed, else the spread of the three (no asymptotic range, no
+    extrapolation: 2n's own values with that bar)."""
+    t, w = _three(plan, own, mid, fine)
+    limit, bar = w[2].copy(), np.zeros_like(w[2])
+    for _, span in _spans(t, plan.t_handoff):
+        for c in range(2):
+            p, r, corr = richardson(*(x[c, span] for x in w), ratio=(m / n, 2 * n / m))
+            if math.isnan(p):
+                spread = np.ptp([x[c, span] for x in w], axis=0)
+                limit[c, span], bar[c, span] = w[2][c, span], spread
+            else:
+                limit[c, span], bar[c, span] = r, corr
+    out = {"times": t, "w2": limit[0], "w2_term": limit[1]}
+    return out, {"times": t, "w2": limit[0] - bar[0], "w2_term": limit[1] - bar[1]}
+
+
+def cells_order_table(plan, runs, third, cells) -> list:
+    """Per FINER_EVERY time units from the handoff: n's state run on by the cells at n, m and
+    2n, W2 to Pi#rho_0 of each at the span's end, and over the span the observed order in
+    the cell width (:func:`spherepde.analysis.convergence.richardson`, NaN where the steps do
+    not shrink), the correction to 2n's curve its extrapolant makes, and the first-order bar
+    |2n - n| that the extrapolated cells carry (an order of 1 or more keeps 2n's error under
+    it)."""
+    rows = []
+    for (n, m), mid in third.items():
+        fine, own = runs.get(n), cells.get(n)
+        if mid is None or fine is None or own is None:
+            continue
+        t, w = _three(plan, own, mid, fine)
+        w = [x[0] for x in w]
+        for end, span in _spans(t, plan.t_handoff):
+            p, _, corr = richardson(*(c[span] for c in w), ratio=(m / n, 2 * n / m))
+            rows.append([n, m, float(end)] + [float(c[span][-1]) for c in w]
+                        + [p, float(np.max(corr)),
+                           float(np.max(np.abs(w[2][span] - w[0][span])))])
+    return rows
+
+
 def finest_levels(chains) -> dict:
     """{(n, q, with the cells off the band, q' per cap, its parts): (the finest computed 3D
     rule, the one before it, the circle's rule of the same d_min, the finest rule's step)}
@@ -1328,21 +1389,38 @@ def _z_error_words(step: Step, coarser: list) -> str:
     return words
 
 
-def levels_confirmations(plan, runs, chains, cells) -> list:
-    """:func:`confirmation_row` of each chain's finest 3D rule against the cells at 2n from
-    the same state; the tokens' error of a whole-sphere rule sums its refinements, in d_min
-    and in the caps' z-rule (:func:`coarser_z_rules`, at the same d_min or, where the coarser
-    rule's chain stopped short of it, at that chain's finest)."""
-    rows = []
-    for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
-        if runs.get(n) is None or cells.get(n) is None:
+def cell_references(plan, runs, cells, third) -> dict:
+    """Per n, the cells from n's state that the tokens from it are held against: (words,
+    the cells, a run whose distance from them is their error bar): the cells at 2n (against
+    n), and where a third resolution m ran, the three extrapolated at their observed order
+    (:func:`observed_limit`)."""
+    out = {}
+    for n, run in runs.items():
+        if run is None or cells.get(n) is None:
             continue
+        out[n] = [(f"cells {2 * n} from its state (vs {n})", run, cells[n])]
+        for (n_mid, m), mid in third.items():
+            if n_mid == n and mid is not None:
+                out[n].append((f"cells {n}, {m}, {2 * n} from its state at their observed "
+                               "order (bar: the correction, or their spread where none)",
+                               *observed_limit(plan, cells[n], mid, run, n, m)))
+    return out
+
+
+def levels_confirmations(plan, runs, chains, cells, third=None) -> list:
+    """:func:`confirmation_row` of each chain's finest 3D rule against the cells from the
+    same state (:func:`cell_references`); the tokens' error of a whole-sphere rule sums its
+    refinements, in d_min and in the caps' z-rule (:func:`coarser_z_rules`, at the same d_min
+    or, where the coarser rule's chain stopped short of it, at that chain's finest)."""
+    rows, against = [], cell_references(plan, runs, cells, third or {})
+    for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
         done = {s: d for s, d in chains[n] if d is not None}
         coarser = coarser_z_rules(step, done, above=True)
         refs, also = [prev] + [done[s] for s in coarser], _z_error_words(step, coarser)
-        rows.append(confirmation_row(
-            f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): cells {2 * n} from its "
-            f"state (vs {n}){also}", tok, refs, runs[n], cells[n], plan.t_handoff, PROBES))
+        for words, ref, bar in against.get(n, []):
+            rows.append(confirmation_row(
+                f"n = {n}, 3D ({_across(*variant)}, {step.d_min:.0e}): {words}{also}", tok,
+                refs, ref, bar, plan.t_handoff, PROBES))
     return rows
 
 
@@ -1640,7 +1718,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
     third = {(n, m): finer_reached(n, t_stop, plan, store, to=m)
               for n, t_stop, m in plan.third_cells}
     confirm, finer, limits = confirmations(plan, runs, chains, cells, fine, coarse)
-    confirm += levels_confirmations(plan, runs, chains, cells)
+    confirm += levels_confirmations(plan, runs, chains, cells, third)
     text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
                          ratio=GRADING, width=GRADED_WIDTH, frac=CONVERGED_FRACTION), ""]
     if missing:
@@ -1696,7 +1774,15 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              f"{FINER_EVERY:g} time units (the larger gap over the two W2 curves):", "",
              table(stepping_table(plan, stepping, chains, cells),
                    ["n", "macro_tol", "t", "tighter vs default", "default vs tokens",
-                    "tighter vs tokens"])]
+                    "tighter vs tokens"]), "",
+             "The cells from one state at three resolutions: n's state at the handoff run on "
+             "by the cells at n, m and 2n, W2 to Pi#rho_0 at the end of each span of "
+             f"{FINER_EVERY:g} time units, and over the span the observed order in the cell "
+             "width (–: the steps do not shrink), the largest correction its extrapolation "
+             "makes to 2n, and the first-order bar |2n - n|:", "",
+             table(cells_order_table(plan, runs, third, cells),
+                   ["n", "m", "t", "W2 at n", "W2 at m", "W2 at 2n", "order",
+                    "correction to 2n", "|2n - n|"])]
     fig = figure(chains, cells, plan.t_handoff, fine, finer, limits,
                  finest_levels(chains))
     publish(name, fig, "The late hold on the invariant circle (scenario R1)", "\n".join(text),
