@@ -436,7 +436,8 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
             # columns next to the curve; with those parts all round, two nodes per part (to
             # 1e-9) measure the error of one in the windows and near the pole, three (to
             # 1e-7) whether that z-rule settles, and one node in parts half as high (to 1e-6)
-            # whether its error falls with the parts' height
+            # and a quarter as high whether its error falls with the parts' height, and at
+            # what order
             whole=((64, ((2, 1), (2, 2, 1e-10), (2, 3, 1e-8), (2, 4, 1e-8), (2, 5, 1e-4),
                          (2, 1, 1e-7, (2, 6, 14)), (2, 2, 1e-7, (2, 6, 14)),
                          (2, 1, 1e-5, (), POLE_CUTS), (2, 2, 1e-4, (), POLE_CUTS),
@@ -448,7 +449,9 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
                          (2, 2, 1e-9, (), (), DIVIDER_WINDOWS, (2, WINDOW_CUTS), ROUND_NEAR),
                          (2, 2, 1e-7, (), (), DIVIDER_WINDOWS, (3, WINDOW_CUTS), ROUND_NEAR),
                          (2, 2, 1e-6, (), (), DIVIDER_WINDOWS, (1, halved(WINDOW_CUTS)),
-                          ROUND_NEAR))),),
+                          ROUND_NEAR),
+                         (2, 2, 1e-4, (), (), DIVIDER_WINDOWS,
+                          (1, halved(halved(WINDOW_CUTS))), ROUND_NEAR))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
             attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),
                        Step(64, 1e-4, levels=2, caps=2, window=DIVIDER_WINDOWS,
