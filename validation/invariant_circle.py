@@ -1075,8 +1075,8 @@ def _spans(times, t_handoff: float):
     handoff), with each span's end."""
     for end in _every(times, t_handoff)[1:]:
         lo = end - FINER_EVERY
-        yield end, ((times > lo + 1e-9) | (lo <= t_handoff + 1e-9) & (times >= lo - 1e-9)) \
-            & (times <= end + 1e-9)
+        after = times >= lo - 1e-9 if lo <= t_handoff + 1e-9 else times > lo + 1e-9
+        yield end, after & (times <= end + 1e-9)
 
 
 def _three(plan, own, mid, fine) -> tuple:
