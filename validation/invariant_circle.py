@@ -1079,25 +1079,30 @@ def _spans(times, t_handoff: float):
         yield end, after & (times <= end + 1e-9)
 
 
-def _three(plan, own, mid, fine) -> tuple:
-    """The times all three cell runs from one state reached after the handoff, and both W2
-    curves of each there (as :func:`_on`)."""
+def _span_fits(plan, own, mid, fine, n: int, m: int) -> tuple:
+    """The cells at n, m and 2n from one state: the times all three reached after the
+    handoff, both W2 curves of each there (as :func:`_on`), and per span of FINER_EVERY its
+    end, its mask and, per W2 curve, the span's (order, extrapolant, correction)
+    (:func:`spherepde.analysis.convergence.richardson`)."""
     t_stop = min(mid["times"][-1], fine["times"][-1], own["times"][-1])
     t = fine["times"][(fine["times"] >= plan.t_handoff - 1e-9) & (fine["times"] <= t_stop + 1e-9)]
-    return t, [_on(d, t) for d in (own, mid, fine)]
+    w = [_on(d, t) for d in (own, mid, fine)]
+    fits = [(end, span, [richardson(*(x[c, span] for x in w), ratio=(m / n, 2 * n / m))
+                         for c in range(2)])
+            for end, span in _spans(t, plan.t_handoff)]
+    return t, w, fits
 
 
 def observed_limit(plan, own, mid, fine, n: int, m: int) -> tuple[dict, dict]:
     """The cells at n, m and 2n from one state extrapolated span by span (FINER_EVERY) at
-    each span's observed order (:func:`spherepde.analysis.convergence.richardson`, per W2
-    curve), and a stand-in run whose distance from it is the error bar: the correction where
-    an order was observed, else the spread of the three (no asymptotic range, no
-    extrapolation: 2n's own values with that bar)."""
-    t, w = _three(plan, own, mid, fine)
+    each span's observed order (:func:`_span_fits`, per W2 curve), and a stand-in run whose
+    distance from it is the error bar: the correction where an order was observed, else the
+    spread of the three (no asymptotic range, no extrapolation: 2n's own values with that
+    bar)."""
+    t, w, fits = _span_fits(plan, own, mid, fine, n, m)
     limit, bar = w[2].copy(), np.zeros_like(w[2])
-    for _, span in _spans(t, plan.t_handoff):
-        for c in range(2):
-            p, r, corr = richardson(*(x[c, span] for x in w), ratio=(m / n, 2 * n / m))
+    for _, span, per_curve in fits:
+        for c, (p, r, corr) in enumerate(per_curve):
             if math.isnan(p):
                 spread = np.ptp([x[c, span] for x in w], axis=0)
                 limit[c, span], bar[c, span] = w[2][c, span], spread
@@ -1110,19 +1115,17 @@ def observed_limit(plan, own, mid, fine, n: int, m: int) -> tuple[dict, dict]:
 def cells_order_table(plan, runs, third, cells) -> list:
     """Per FINER_EVERY time units from the handoff: n's state run on by the cells at n, m and
     2n, W2 to Pi#rho_0 of each at the span's end, and over the span the observed order in
-    the cell width (:func:`spherepde.analysis.convergence.richardson`, NaN where the steps do
-    not shrink), the correction to 2n's curve its extrapolant makes, and the first-order bar
-    |2n - n| that the extrapolated cells carry (an order of 1 or more keeps 2n's error under
-    it)."""
+    the cell width (:func:`_span_fits`, NaN where the steps do not shrink), the correction to
+    2n's curve its extrapolant makes, and the first-order bar |2n - n| that the extrapolated
+    cells carry (an order of 1 or more keeps 2n's error under it)."""
     rows = []
     for (n, m), mid in third.items():
         fine, own = runs.get(n), cells.get(n)
         if mid is None or fine is None or own is None:
             continue
-        t, w = _three(plan, own, mid, fine)
+        _, w, fits = _span_fits(plan, own, mid, fine, n, m)
         w = [x[0] for x in w]
-        for end, span in _spans(t, plan.t_handoff):
-            p, _, corr = richardson(*(c[span] for c in w), ratio=(m / n, 2 * n / m))
+        for end, span, ((p, _, corr), _) in fits:
             rows.append([n, m, float(end)] + [float(c[span][-1]) for c in w]
                         + [p, float(np.max(corr)),
                            float(np.max(np.abs(w[2][span] - w[0][span])))])
