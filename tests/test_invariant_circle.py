@@ -315,22 +315,45 @@ def test_three_cell_resolutions_are_extrapolated_at_each_spans_observed_order():
                                for k, v in limit.items()}}
 
     own, mid, fine = run(64), run(96), run(128)
-    got, bar = ic.observed_limit(plan, own, mid, fine, 64, 96)
+    got, bar = ic.observed_limit(plan, [(64, own), (96, mid), (128, fine)])
     for k, v in limit.items():
         np.testing.assert_allclose(got[k], v, atol=1e-12)
         np.testing.assert_allclose(got[k] - bar[k], np.abs(fine[k] - v), atol=1e-12)
     rows = ic.cells_order_table(plan, {64: fine}, {(64, 96): mid}, {64: own})
-    assert [r[2] for r in rows] == [14.0, 16.0, 18.0]
+    assert [r[:3] for r in rows] == [[64, "64/96/128", e] for e in (14.0, 16.0, 18.0)]
     assert np.allclose([r[6] for r in rows], [1.0, 1.0, 2.0], atol=1e-9)
+    # the first-order bar: |128 - 64| over the ratio less one
+    np.testing.assert_allclose(rows[0][8], np.abs(fine["w2"] - own["w2"])[t <= 14.0].max())
     # where the middle resolution does not lie between the others, nothing is extrapolated:
     # the finest run stands, with the three's spread as its bar
     odd = {"times": t, **{k: v + 1.0 for k, v in mid.items() if k != "times"}}
-    got, bar = ic.observed_limit(plan, own, odd, fine, 64, 96)
+    got, bar = ic.observed_limit(plan, [(64, own), (96, odd), (128, fine)])
     np.testing.assert_array_equal(got["w2"], fine["w2"])
     spread = np.ptp([own["w2"], odd["w2"], fine["w2"]], axis=0)
     np.testing.assert_allclose(got["w2"] - bar["w2"], spread, atol=1e-12)
     assert all(math.isnan(r[6]) for r in ic.cells_order_table(plan, {64: fine}, {(64, 96): odd},
                                                              {64: own}))
+    # a fourth resolution that stopped at t = 15 (a checkpoint) takes part in the spans it
+    # reached: there the three finest are fitted, after it the three before
+    top = {**run(192), "partial": np.array(True)}
+    top = {k: (v[t <= 15.0] if k != "partial" else v) for k, v in top.items()}
+    ladder = ic.cell_ladder(64, own, fine, {(64, 192): top, (64, 96): mid, (32, 48): fine})
+    assert [m for m, _ in ladder] == [64, 96, 128, 192]
+    got, bar = ic.observed_limit(plan, ladder)
+    for k, v in limit.items():
+        np.testing.assert_allclose(got[k], v, atol=1e-12)
+        early = t <= 14.0
+        np.testing.assert_allclose((got[k] - bar[k])[early], np.abs(top[k] - v[t <= 15.0])[
+            :early.sum()], atol=1e-12)
+        np.testing.assert_allclose((got[k] - bar[k])[~early], np.abs(fine[k] - v)[~early],
+                                   atol=1e-12)
+    rows = ic.cells_order_table(plan, {64: fine}, {(64, 96): mid, (64, 192): top}, {64: own})
+    assert [r[1] for r in rows] == ["96/128/192", "64/96/128", "64/96/128"]
+    np.testing.assert_allclose(rows[0][8], np.abs(top["w2"] - mid["w2"][t <= 15.0])[
+        t[t <= 15.0] <= 14.0].max())
+    (_, _, _), (words, _, _) = ic.cell_references(plan, {64: fine}, {64: own},
+                                                 {(64, 96): mid, (64, 192): top})[64]
+    assert words.startswith("cells 64, 96, 128, 192 (reached t = 15) from its state")
 
 
 def test_gauss_rule_integrates_the_measure_to_degree_2q_minus_1():

@@ -45,8 +45,8 @@ Per cell resolution n (the finite volumes' state at t = 12):
   (:func:`halved`); one of these rules run again to record which levels carry the + cluster's
   attention on its tail;
 - the cells from one state: n's state at t = 12 run on by the cells at 2n (checkpointed,
-  resumable), and the first-order extrapolation of the cells at n and 2n; and by a third
-  resolution between them, for the cells' observed order.
+  resumable), and the first-order extrapolation of the cells at n and 2n; and by further
+  resolutions, for the cells' observed order (the finest three that reached each span).
 
 The report states, per n, how long consecutive rules agree (the curve is converged up to
 there), the release and arrival times, and the comparison with the cells: from rho_0, and
@@ -292,8 +292,9 @@ class Plan:
     #: (n, t_stop): n's state at the handoff also run on by cells at 2n to t_stop, to tell the
     #: cells' dynamics from one state apart from the state each resolution carries
     finer_cells: tuple = ()
-    #: (n, t_stop, m): n's state at the handoff run on by the cells at m, a third resolution
-    #: from one state beside n and 2n, for the order of the cells' own late curve
+    #: (n, t_stop, m): n's state at the handoff run on by the cells at m, a resolution from
+    #: one state beside n and 2n, for the order of the cells' own late curve (the finest
+    #: three that reached a span are fitted over it)
     third_cells: tuple = ()
     #: (n, t_stop, macro_tol): n's state run on at n with a tighter multirate tolerance than
     #: the solver's default (1e-3, fixed across n), which a floor in the cells would show
@@ -1079,33 +1080,52 @@ def _spans(times, t_handoff: float):
         yield end, after & (times <= end + 1e-9)
 
 
-def _span_fits(plan, own, mid, fine, n: int, m: int) -> tuple:
-    """The cells at n, m and 2n from one state: the times all three reached after the
-    handoff, both W2 curves of each there (as :func:`_on`), and per span of FINER_EVERY its
-    end, its mask and, per W2 curve, the span's (order, extrapolant, correction)
-    (:func:`spherepde.analysis.convergence.richardson`)."""
-    t_stop = min(mid["times"][-1], fine["times"][-1], own["times"][-1])
-    t = fine["times"][(fine["times"] >= plan.t_handoff - 1e-9) & (fine["times"] <= t_stop + 1e-9)]
-    w = [_on(d, t) for d in (own, mid, fine)]
-    fits = [(end, span, [richardson(*(x[c, span] for x in w), ratio=(m / n, 2 * n / m))
-                         for c in range(2)])
-            for end, span in _spans(t, plan.t_handoff)]
-    return t, w, fits
+def cell_ladder(n: int, own, fine, third: dict) -> list:
+    """The cells from n's state at the handoff, coarsest first, as (cells, run): n itself
+    (``own``), 2n (``fine``) and every third resolution m of ``third`` ({(n, m): run}) that
+    ran; finished or as far as its checkpoint reached."""
+    ladder = [(n, own), (2 * n, fine)] + [(m, run) for (k, m), run in third.items()
+                                          if k == n and run is not None]
+    return sorted((m, run) for m, run in ladder if run is not None)
 
 
-def observed_limit(plan, own, mid, fine, n: int, m: int) -> tuple[dict, dict]:
-    """The cells at n, m and 2n from one state extrapolated span by span (FINER_EVERY) at
-    each span's observed order (:func:`_span_fits`, per W2 curve), and a stand-in run whose
-    distance from it is the error bar: the correction where an order was observed, else the
-    spread of the three (no asymptotic range, no extrapolation: 2n's own values with that
-    bar)."""
-    t, w, fits = _span_fits(plan, own, mid, fine, n, m)
-    limit, bar = w[2].copy(), np.zeros_like(w[2])
-    for _, span, per_curve in fits:
+def _reach(run) -> float:
+    return float(run["times"][-1])
+
+
+def _span_fits(plan, ladder) -> tuple:
+    """The cells from one state at three resolutions or more (:func:`cell_ladder`): the times
+    from the handoff to the last span's end that the third finest reached, and per span of
+    FINER_EVERY its end, its mask, the three finest resolutions that reached its end, their
+    W2 curves over the span (as :func:`_on`) and, per W2 curve, the span's (order,
+    extrapolant, correction) (:func:`spherepde.analysis.convergence.richardson`)."""
+    t_stop = sorted(_reach(run) for _, run in ladder)[-3]
+    t = np.asarray(next(run for _, run in reversed(ladder) if _reach(run) >= t_stop)["times"])
+    t = t[(t >= plan.t_handoff - 1e-9) & (t <= t_stop + 1e-9)]
+    t = t[t <= _every(t, plan.t_handoff)[-1] + 1e-9]   # whole spans only
+    fits = []
+    for end, span in _spans(t, plan.t_handoff):
+        three = [(m, run) for m, run in ladder if _reach(run) >= end - 1e-9][-3:]
+        (m0, _), (m1, _), (m2, _) = three
+        w = [_on(run, t[span]) for _, run in three]
+        fits.append((end, span, [m for m, _ in three], w,
+                     [richardson(*(x[c] for x in w), ratio=(m1 / m0, m2 / m1))
+                      for c in range(2)]))
+    return t, fits
+
+
+def observed_limit(plan, ladder) -> tuple[dict, dict]:
+    """The cells from one state (:func:`cell_ladder`) extrapolated span by span
+    (FINER_EVERY) from the three finest that reached it, at the span's observed order
+    (:func:`_span_fits`, per W2 curve), and a stand-in run whose distance from it is the error
+    bar: the correction where an order was observed, else the spread of the three (no
+    asymptotic range, no extrapolation: the finest's own values with that bar)."""
+    t, fits = _span_fits(plan, ladder)
+    limit, bar = np.zeros((2, len(t))), np.zeros((2, len(t)))
+    for _, span, _, w, per_curve in fits:
         for c, (p, r, corr) in enumerate(per_curve):
             if math.isnan(p):
-                spread = np.ptp([x[c, span] for x in w], axis=0)
-                limit[c, span], bar[c, span] = w[2][c, span], spread
+                limit[c, span], bar[c, span] = w[2][c], np.ptp([x[c] for x in w], axis=0)
             else:
                 limit[c, span], bar[c, span] = r, corr
     out = {"times": t, "w2": limit[0], "w2_term": limit[1]}
@@ -1113,22 +1133,24 @@ def observed_limit(plan, own, mid, fine, n: int, m: int) -> tuple[dict, dict]:
 
 
 def cells_order_table(plan, runs, third, cells) -> list:
-    """Per FINER_EVERY time units from the handoff: n's state run on by the cells at n, m and
-    2n, W2 to Pi#rho_0 of each at the span's end, and over the span the observed order in
-    the cell width (:func:`_span_fits`, NaN where the steps do not shrink), the correction to
-    2n's curve its extrapolant makes, and the first-order bar |2n - n| that the extrapolated
-    cells carry (an order of 1 or more keeps 2n's error under it)."""
+    """Per FINER_EVERY time units from the handoff: n's state run on by the cells at n, 2n and
+    each third resolution, and from the three finest that reached the span's end (listed), W2
+    to Pi#rho_0 of each there, the observed order in the cell width over the span
+    (:func:`_span_fits`, NaN where the steps do not shrink), the correction to the finest's
+    curve its extrapolant makes, and the first-order bar |finest - coarsest| / (r - 1), r
+    their ratio (an order of 1 or more keeps the finest's error under it)."""
     rows = []
-    for (n, m), mid in third.items():
-        fine, own = runs.get(n), cells.get(n)
-        if mid is None or fine is None or own is None:
+    for n, own in cells.items():
+        if own is None or runs.get(n) is None:
             continue
-        _, w, fits = _span_fits(plan, own, mid, fine, n, m)
-        w = [x[0] for x in w]
-        for end, span, ((p, _, corr), _) in fits:
-            rows.append([n, m, float(end)] + [float(c[span][-1]) for c in w]
-                        + [p, float(np.max(corr)),
-                           float(np.max(np.abs(w[2][span] - w[0][span])))])
+        ladder = cell_ladder(n, own, runs[n], third)
+        if len(ladder) < 3:
+            continue
+        for end, _, ms, w, ((p, _, corr), _) in _span_fits(plan, ladder)[1]:
+            first = np.abs(w[2][0] - w[0][0]) / (ms[2] / ms[0] - 1)
+            rows.append([n, "/".join(map(str, ms)), float(end)]
+                        + [float(x[0][-1]) for x in w]
+                        + [p, float(np.max(corr)), float(np.max(first))])
     return rows
 
 
@@ -1395,21 +1417,26 @@ def _z_error_words(step: Step, coarser: list) -> str:
     return words
 
 
+def _reached(m: int, run) -> str:
+    """m, and where its run stopped short (a checkpoint), how far it reached."""
+    return f"{m} (reached t = {_reach(run):g})" if "partial" in run else str(m)
+
+
 def cell_references(plan, runs, cells, third) -> dict:
     """Per n, the cells from n's state that the tokens from it are held against: (words,
     the cells, a run whose distance from them is their error bar): the cells at 2n (against
-    n), and where a third resolution m ran, the three extrapolated at their observed order
-    (:func:`observed_limit`)."""
+    n), and where a third resolution ran or more, the finest three extrapolated span by span
+    at their observed order (:func:`observed_limit`)."""
     out = {}
     for n, run in runs.items():
         if run is None or cells.get(n) is None:
             continue
         out[n] = [(f"cells {2 * n} from its state (vs {n})", run, cells[n])]
-        for (n_mid, m), mid in third.items():
-            if n_mid == n and mid is not None:
-                out[n].append((f"cells {n}, {m}, {2 * n} from its state at their observed "
-                               "order (bar: the correction, or their spread where none)",
-                               *observed_limit(plan, cells[n], mid, run, n, m)))
+        ladder = cell_ladder(n, cells[n], run, third)
+        if len(ladder) >= 3:
+            out[n].append((f"cells {', '.join(_reached(m, r) for m, r in ladder)} from its "
+                           "state at their observed order (bar: the correction, or their "
+                           "spread where none)", *observed_limit(plan, ladder)))
     return out
 
 
@@ -1781,14 +1808,16 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(stepping_table(plan, stepping, chains, cells),
                    ["n", "macro_tol", "t", "tighter vs default", "default vs tokens",
                     "tighter vs tokens"]), "",
-             "The cells from one state at three resolutions: n's state at the handoff run on "
-             "by the cells at n, m and 2n, W2 to Pi#rho_0 at the end of each span of "
-             f"{FINER_EVERY:g} time units, and over the span the observed order in the cell "
-             "width (–: the steps do not shrink), the largest correction its extrapolation "
-             "makes to 2n, and the first-order bar |2n - n|:", "",
+             "The cells from one state at three resolutions or more: n's state at the "
+             "handoff run on by the cells at n, 2n and each further resolution; per span of "
+             f"{FINER_EVERY:g} time units, the three finest that reached its end, W2 to "
+             "Pi#rho_0 of each there, and over the span the observed order in the cell width "
+             "(–: the steps do not shrink), the largest correction its extrapolation makes to "
+             "the finest, and the first-order bar |finest - coarsest| / (r - 1), r their "
+             "ratio:", "",
              table(cells_order_table(plan, runs, third, cells),
-                   ["n", "m", "t", "W2 at n", "W2 at m", "W2 at 2n", "order",
-                    "correction to 2n", "|2n - n|"])]
+                   ["n", "cells", "t", "W2 coarsest", "W2 middle", "W2 finest", "order",
+                    "correction to finest", "first-order bar"])]
     fig = figure(chains, cells, plan.t_handoff, fine, finer, limits,
                  finest_levels(chains))
     publish(name, fig, "The late hold on the invariant circle (scenario R1)", "\n".join(text),
