@@ -931,7 +931,10 @@ def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path, macro_tol=None,
     ts = _finer_times(n, t_stop, plan)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
     saved = _finer_resume(partial, ts)
-    if saved is None:
+    if saved is not None:
+        print(f"    resuming at t = {ts[saved['done']]:g} ({saved['done']}/{len(ts) - 1} outputs, "
+              f"{saved['seconds']:.0f} s spent)", flush=True)
+    else:
         _, _, _, state, _, c = cells_state(n, plan.t_handoff, plan.t_end, Path(partial).parent)
         if m == n:   # the state's own cell masses
             mass = state.coefficients[0]
@@ -1005,8 +1008,6 @@ def _finer_resume(partial, ts) -> dict | None:
     except Exception as exc:  # noqa: BLE001 - a damaged checkpoint is ignored, never trusted
         print(f"    {Path(partial).name}: unreadable ({exc}); starting over", file=sys.stderr)
         return None
-    print(f"    resuming at t = {ts[out['done']]:g} ({out['done']}/{len(ts) - 1} outputs, "
-          f"{out['seconds']:.0f} s spent)", flush=True)
     return out
 
 
