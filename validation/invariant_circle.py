@@ -421,7 +421,7 @@ def cuts_tag(cuts) -> str:
 ROUND_NEAR = 0.7
 QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
-            finer_cells=((32, 32.0), (64, 32.0)), third_cells=((64, 32.0, 96),),
+            finer_cells=((32, 32.0), (64, 32.0)), third_cells=((64, 32.0, 96), (64, 32.0, 192)),
             stepping_cells=((64, 32.0, 1e-4),),
             bulk=((64, (8000, 16000)),),
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
@@ -451,7 +451,7 @@ FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tigh
                          (2, 2, 1e-7, (), (), DIVIDER_WINDOWS, (3, WINDOW_CUTS), ROUND_NEAR),
                          (2, 2, 1e-6, (), (), DIVIDER_WINDOWS, (1, halved(WINDOW_CUTS)),
                           ROUND_NEAR),
-                         (2, 2, 1e-4, (), (), DIVIDER_WINDOWS,
+                         (2, 2, 1e-6, (), (), DIVIDER_WINDOWS,
                           (1, halved(halved(WINDOW_CUTS))), ROUND_NEAR))),),
             whole_d_mins=tuple(10.0 ** -k for k in range(3, 12)),
             attention=(Step(64, 1e-4, levels=2, caps=1, pole_cuts=POLE_CUTS),
