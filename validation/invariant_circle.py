@@ -1441,12 +1441,12 @@ def cell_references(plan, runs, cells, third) -> dict:
     return out
 
 
-def levels_confirmations(plan, runs, chains, cells, third=None) -> list:
+def levels_confirmations(plan, runs, chains, cells, third) -> list:
     """:func:`confirmation_row` of each chain's finest 3D rule against the cells from the
     same state (:func:`cell_references`); the tokens' error of a whole-sphere rule sums its
     refinements, in d_min and in the caps' z-rule (:func:`coarser_z_rules`, at the same d_min
     or, where the coarser rule's chain stopped short of it, at that chain's finest)."""
-    rows, against = [], cell_references(plan, runs, cells, third or {})
+    rows, against = [], cell_references(plan, runs, cells, third)
     for (n, *variant), (tok, prev, _, step) in finest_levels(chains).items():
         done = {s: d for s, d in chains[n] if d is not None}
         coarser = coarser_z_rules(step, done, above=True)
