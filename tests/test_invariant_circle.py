@@ -148,7 +148,8 @@ def test_dividing_points_are_where_the_sides_change_wrap_included():
 def test_a_tiny_chain_end_to_end(tmp_path):
     plan = ic.Plan(cells=(8,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=200, t_handoff=3.0, t_end=5.0,
                    finer_cells=((8, 3.5),), third_cells=((8, 3.5, 12),),
-                   stepping_cells=((8, 3.5, 1e-4),), bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
+                   stepping_cells=((8, 3.5, 1e-4),), limiter_cells=((8, 3.5, "positivity", 8),),
+                   bulk=((8, (400,)),), bulk_d_mins=(1e-4,),
                    levels=((8, (2,)),), levels_d_mins=(1e-3,), sphere=((8, (2,)),),
                    sphere_d_mins=(1e-3,), whole=((8, ((2, 1), (2, 1, 0.0, (1,)))),),
                    whole_d_mins=(1e-3,),
@@ -240,6 +241,10 @@ def test_a_tiny_chain_end_to_end(tmp_path):
     w2 = departure.w2_two_antipodal(state.points, state.weights, departure.E,
                                     ic.initial().hemisphere_mass(departure.E))
     assert int(tight["n"]) == 8 and math.isclose(tight["w2"][0], w2, rel_tol=1e-12)
+    # and with another limiter: the state itself again, stored apart from the default's runs
+    lim = ic.finer_cells(8, 3.5, plan, tmp_path, limiter="positivity")
+    assert int(lim["n"]) == 8 and math.isclose(lim["w2"][0], w2, rel_tol=1e-12)
+    assert len(list(tmp_path.glob("R1_cells_beta=*_n=8_to8_t=3.5_limiter=positivity_*.npz"))) == 1
     ic.report(plan, tmp_path, "tiny", folder=tmp_path)
     text = (tmp_path / "tiny.md").read_text()
     assert "graded to 1e-04, tight tolerances" in text and "not computed" not in text
@@ -251,6 +256,13 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                for k in ("times", "w2", "w2_term")}
     rows = ic.stepping_table(plan, {(8, 1e-4): tight}, {8: chain}, {8: shifted})
     assert [r[2] for r in rows] == [3.0] and math.isclose(rows[0][3], 0.01, rel_tol=1e-9)
+    # the limiter's share of the step from n to the finest cells: here 0.01 of 0.04
+    below, above = ({k: np.asarray(lim[k]) + (dw if k.startswith("w2") else 0.0)
+                     for k in ("times", "w2", "w2_term")} for dw in (-0.01, 0.03))
+    rows = ic.limiter_table(plan, {(8, "positivity", 8): lim}, {8: above}, {}, {8: below})
+    assert [r[:4] + [r[6]] for r in rows] == [[8, "positivity", 8, 3.0, 16]]
+    assert math.isclose(rows[0][8], 0.25, rel_tol=1e-9)
+    assert "n = 8's state at 3 on 8 cells, limiter positivity" in text
     assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 per cap, vs off band a token per cell |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 x 2 parts per cap, vs band only |" in text

@@ -299,6 +299,11 @@ class Plan:
     #: (n, t_stop, macro_tol): n's state run on at n with a tighter multirate tolerance than
     #: the solver's default (1e-3, fixed across n), which a floor in the cells would show
     stepping_cells: tuple = ()
+    #: (n, t_stop, limiter, m): n's state run on by the cells at m with another limiter than
+    #: the solver's default (Barth-Jespersen, which clips each cell's reconstruction to its
+    #: neighbours' range and so flattens the band's peak): how much of the cells' error the
+    #: clipping makes, and at two m whether the other limiter converges there
+    limiter_cells: tuple = ()
     #: (n, m0s): per m0, a chain of rules with m0 uniform intervals over bulk_d_mins, seeded
     #: by the point the main chain's rule before bulk_d_mins[0] located, each next rule graded
     #: about the point the one before it located: the bulk's spacing moves the dividing point
@@ -423,6 +428,7 @@ QUICK = Plan(cells=(16,), d_mins=(1e-3, 1e-4), tight=1e-4, m0=1000)
 FULL = Plan(cells=(32, 64), d_mins=tuple(10.0 ** -k for k in range(3, 12)), tight=1e-8,
             finer_cells=((32, 32.0), (64, 32.0)), third_cells=((64, 32.0, 96), (64, 32.0, 192)),
             stepping_cells=((64, 32.0, 1e-4),),
+            limiter_cells=((64, 32.0, "positivity", 64), (64, 24.0, "positivity", 96)),
             bulk=((64, (8000, 16000)),),
             bulk_d_mins=tuple(10.0 ** -k for k in range(6, 11)),
             levels=((64, (2, 3)),), levels_d_mins=tuple(10.0 ** -k for k in range(3, 9)),
@@ -907,27 +913,28 @@ def attention_table(step: Step, data, t_handoff: float) -> list:
 
 
 def finer_cells(n: int, t_stop: float, plan: Plan, store: Path, compute_missing=True,
-                macro_tol=None, to=None):
+                macro_tol=None, to=None, limiter=None):
     """The cells at 2n (or ``to``) from n's state at the handoff (its reconstruction
     integrated over those cells by their Gauss rule, total mass kept) to t_stop, probed as the
-    chains are; with ``macro_tol``, the cells at n from it with that multirate tolerance
-    instead of the solver's default. One solve over all outputs, checkpointed at each (the
-    rows, the cell averages and the + centre), so that a run longer than a sitting resumes
-    where it stopped (restarting the macro step once there); None when not finished and
-    ``compute_missing`` is false."""
-    path, spec = _finer_path(n, t_stop, plan, store, macro_tol, to)
+    chains are; with ``macro_tol`` or ``limiter``, the cells at n from it with that multirate
+    tolerance or that limiter instead of the solver's default. One solve over all outputs,
+    checkpointed at each (the rows, the cell averages and the + centre), so that a run longer
+    than a sitting resumes where it stopped (restarting the macro step once there); None when
+    not finished and ``compute_missing`` is false."""
+    path, spec = _finer_path(n, t_stop, plan, store, macro_tol, to, limiter)
     return cached_piece(
-        path, spec, lambda partial: _run_finer(n, t_stop, plan, partial, macro_tol, to),
+        path, spec, lambda partial: _run_finer(n, t_stop, plan, partial, macro_tol, to, limiter),
         path.stem, compute=compute_missing)
 
 
 def _run_finer(n: int, t_stop: float, plan: Plan, partial: Path, macro_tol=None,
-               to=None) -> dict:
+               to=None, limiter=None) -> dict:
     """:func:`finer_cells`' run, from its checkpoint ``partial`` when there is one."""
     t0, c0 = time.perf_counter(), time.process_time()
     model = model_for("R1", BETA)
-    m = _finer_n(n, macro_tol, to)
-    fine = sp.FiniteVolumeSolver(model, m, macro_tol=macro_tol or DEFAULT_MACRO_TOL)
+    m = _finer_n(n, macro_tol, to, limiter)
+    fine = sp.FiniteVolumeSolver(model, m, macro_tol=macro_tol or DEFAULT_MACRO_TOL,
+                                 **({"limiter": limiter} if limiter else {}))
     ts = _finer_times(n, t_stop, plan)
     probe, m_plus = Probe(model), initial().hemisphere_mass(E)
     saved = _finer_resume(partial, ts)
@@ -968,19 +975,23 @@ def _finer_times(n: int, t_stop: float, plan: Plan) -> np.ndarray:
     return times[(times >= plan.t_handoff - 1e-9) & (times <= t_stop + 1e-9)]
 
 
-def _finer_n(n: int, macro_tol=None, to=None) -> int:
+def _finer_n(n: int, macro_tol=None, to=None, limiter=None) -> int:
     """The cells a finer run from n's state uses: ``to``, else 2n, or n itself for a tighter
-    step."""
-    return to or (n if macro_tol else 2 * n)
+    step or another limiter."""
+    return to or (n if macro_tol or limiter else 2 * n)
 
 
-def _finer_path(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None, to=None):
-    spec = {"beta": BETA, "n": n, "to": _finer_n(n, macro_tol, to),
+def _finer_path(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None, to=None,
+                limiter=None):
+    spec = {"beta": BETA, "n": n, "to": _finer_n(n, macro_tol, to, limiter),
             "t": [plan.t_handoff, t_stop]}
     name = f"R1_cells_beta={BETA:g}_n={n}_to{spec['to']}_t={t_stop:g}"
     if macro_tol:
         spec["macro_tol"] = macro_tol
         name += f"_macro={macro_tol:g}"
+    if limiter:
+        spec["limiter"] = limiter
+        name += f"_limiter={limiter}"
     return Path(store) / f"{name}_{run_key(spec)}.npz", spec
 
 
@@ -1011,19 +1022,21 @@ def _finer_resume(partial, ts) -> dict | None:
     return out
 
 
-def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None, to=None):
+def finer_reached(n: int, t_stop: float, plan: Plan, store: Path, macro_tol=None, to=None,
+                  limiter=None):
     """The finer cells finished, or as far as their checkpoint reached (``partial`` set), or
     None."""
     done = finer_cells(n, t_stop, plan, store, compute_missing=False, macro_tol=macro_tol,
-                       to=to)
+                       to=to, limiter=limiter)
     if done is not None:
         return done
-    path, _ = _finer_path(n, t_stop, plan, store, macro_tol, to)
+    path, _ = _finer_path(n, t_stop, plan, store, macro_tol, to, limiter)
     ts = _finer_times(n, t_stop, plan)
     saved = _finer_resume(path.with_name(path.stem + ".partial.npz"), ts)
     if saved is None:
         return None
-    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan, _finer_n(n, macro_tol, to))
+    out = _saved(ts[:saved["done"] + 1], saved["rows"], math.nan,
+                 _finer_n(n, macro_tol, to, limiter))
     out["partial"] = np.array(True)
     return out
 
@@ -1069,6 +1082,29 @@ def stepping_table(plan, stepping, chains, cells) -> list:
             rows.append([n, f"{tol:g}", float(tk)] + [float(np.abs(a[:, k] - b[:, k]).max())
                                                      for a, b in ((tight, default),
                                                                   (default, tok), (tight, tok))])
+    return rows
+
+
+def limiter_table(plan, limited, runs, third, cells) -> list:
+    """Every FINER_EVERY time units: n's state run on by the cells at m with another limiter,
+    against the cells at m with the default one and the finest cells from that state that
+    reached the time (:func:`cell_ladder`): W2 to Pi#rho_0 of each, and the share of the step
+    from the cells at m to the finest that the limiter alone makes (NaN where that step is
+    below 1e-4)."""
+    rows = []
+    for (n, limiter, m), run in limited.items():
+        ladder = dict(cell_ladder(n, cells.get(n), runs.get(n), third))
+        if run is None or m not in ladder:
+            continue
+        for tk in _every(run["times"], plan.t_handoff):
+            if _reach(ladder[m]) < tk - 1e-9:
+                break
+            top = max(k for k, r in ladder.items() if _reach(r) >= tk - 1e-9)
+            other, default, best = (float(_on(d, [tk])[0][0])
+                                    for d in (run, ladder[m], ladder[top]))
+            step = best - default
+            share = (other - default) / step if abs(step) > 1e-4 else math.nan
+            rows.append([n, limiter, m, float(tk), default, other, top, best, share])
     return rows
 
 
@@ -1751,6 +1787,8 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                 for n, t_stop, tol in plan.stepping_cells}
     third = {(n, m): finer_reached(n, t_stop, plan, store, to=m)
               for n, t_stop, m in plan.third_cells}
+    limited = {(n, lim, m): finer_reached(n, t_stop, plan, store, to=m, limiter=lim)
+               for n, t_stop, lim, m in plan.limiter_cells}
     confirm, finer, limits = confirmations(plan, runs, chains, cells, fine, coarse)
     confirm += levels_confirmations(plan, runs, chains, cells, third)
     text = [INTRO.format(beta=BETA, t0=plan.t_handoff, rows=ROWS_ANGLE, t1=plan.t_end, m0=plan.m0,
@@ -1784,7 +1822,10 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
                                    f"{tol:g}", d) for (n, tol), d in stepping.items()
                                   if d is not None]
                                + [(f"n = {n}'s state at {plan.t_handoff:g} on {m} cells", d)
-                                  for (n, m), d in third.items() if d is not None]),
+                                  for (n, m), d in third.items() if d is not None]
+                               + [(f"n = {n}'s state at {plan.t_handoff:g} on {m} cells, "
+                                   f"limiter {lim}", d) for (n, lim, m), d in limited.items()
+                                  if d is not None]),
                    ["cells", "t_rel", "t_arr", "reached t", "W2 to terminal at end"]), "",
              "The finest rule of each chain (tokens from n's state) against cells, two ways: "
              f"the late-phase study's n = {LATE_CELLS[1]} from rho_0 (its error: against "
@@ -1809,6 +1850,14 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(stepping_table(plan, stepping, chains, cells),
                    ["n", "macro_tol", "t", "tighter vs default", "default vs tokens",
                     "tighter vs tokens"]), "",
+             "The cells' limiter: n's state run on by the cells at m with another limiter than "
+             "the default (Barth-Jespersen), against the default at m and the finest cells "
+             f"from the same state that reached the time, every {FINER_EVERY:g} time units (W2 "
+             "to Pi#rho_0), and the share of the step from m to the finest that the limiter "
+             "alone makes:", "",
+             table(limiter_table(plan, limited, runs, third, cells),
+                   ["state n", "limiter", "cells", "t", "W2 default", "W2 limiter",
+                    "finest cells", "W2 finest", "share of the step"]), "",
              "The cells from one state at three resolutions or more: n's state at the "
              "handoff run on by the cells at n, 2n and each further resolution; per span of "
              f"{FINER_EVERY:g} time units, the three finest that reached its end, W2 to "
@@ -1843,6 +1892,8 @@ def main(argv=None):
             finer_cells(n, t_stop, plan, store, macro_tol=tol)
         for n, t_stop, m in plan.third_cells:
             finer_cells(n, t_stop, plan, store, to=m)
+        for n, t_stop, limiter, m in plan.limiter_cells:
+            finer_cells(n, t_stop, plan, store, to=m, limiter=limiter)
     report(plan, store, name)
 
 
