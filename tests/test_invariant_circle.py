@@ -256,12 +256,12 @@ def test_a_tiny_chain_end_to_end(tmp_path):
                for k in ("times", "w2", "w2_term")}
     rows = ic.stepping_table(plan, {(8, 1e-4): tight}, {8: chain}, {8: shifted})
     assert [r[2] for r in rows] == [3.0] and math.isclose(rows[0][3], 0.01, rel_tol=1e-9)
-    # the limiter's share of the step from n to the finest cells: here 0.01 of 0.04
+    # the limiter's change against the step from n to the finest cells: 0.01 and 0.04 here
     below, above = ({k: np.asarray(lim[k]) + (dw if k.startswith("w2") else 0.0)
                      for k in ("times", "w2", "w2_term")} for dw in (-0.01, 0.03))
     rows = ic.limiter_table(plan, {(8, "positivity", 8): lim}, {8: above}, {}, {8: below})
-    assert [r[:4] + [r[6]] for r in rows] == [[8, "positivity", 8, 3.0, 16]]
-    assert math.isclose(rows[0][8], 0.25, rel_tol=1e-9)
+    assert [r[:4] + [r[7]] for r in rows] == [[8, "positivity", 8, 3.0, 16]]
+    assert np.allclose([rows[0][6], rows[0][9]], [0.01, 0.04], rtol=1e-9)
     assert "n = 8's state at 3 on 8 cells, limiter positivity" in text
     assert "| 8 | 1e-03 | 3D, 2 across + off band, vs band only |" in text
     assert "| 8 | 1e-03 | 3D, 2 across + 1 per cap, vs off band a token per cell |" in text
@@ -366,6 +366,20 @@ def test_three_cell_resolutions_are_extrapolated_at_each_spans_observed_order():
     (_, _, _), (words, _, _) = ic.cell_references(plan, {64: fine}, {64: own},
                                                  {(64, 96): mid, (64, 192): top})[64]
     assert words.startswith("cells 64, 96, 128, 192 (reached t = 15) from its state")
+
+
+def test_steps_of_opposite_signs_are_not_extrapolated():
+    t = np.linspace(0.0, 1.0, 9)
+    v = 0.3 + 0.1 * t
+    # the middle resolution overshoots: the steps' sizes alone would fit an order
+    w = [v + 0.010, v - 0.001 * (1 + t), v + 0.0005]
+    assert not math.isnan(ic.richardson(*w, ratio=(1.5, 4 / 3))[0])
+    p, r, err = ic._monotone_fit(w, (1.5, 4 / 3))
+    assert math.isnan(p) and np.isnan(r).all() and np.isnan(err).all()
+    # steps of one sign: the ordinary fit
+    w = [v + 0.004, v + 0.002, v + 0.001]
+    for got, want in zip(ic._monotone_fit(w, 2.0), ic.richardson(*w, ratio=2.0), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_gauss_rule_integrates_the_measure_to_degree_2q_minus_1():

@@ -1088,9 +1088,8 @@ def stepping_table(plan, stepping, chains, cells) -> list:
 def limiter_table(plan, limited, runs, third, cells) -> list:
     """Every FINER_EVERY time units: n's state run on by the cells at m with another limiter,
     against the cells at m with the default one and the finest cells from that state that
-    reached the time (:func:`cell_ladder`): W2 to Pi#rho_0 of each, and the share of the step
-    from the cells at m to the finest that the limiter alone makes (NaN where that step is
-    below 1e-4)."""
+    reached the time (:func:`cell_ladder`): W2 to Pi#rho_0 of each, the change the limiter
+    alone makes, and the step from the cells at m to the finest, which it may account for."""
     rows = []
     for (n, limiter, m), run in limited.items():
         ladder = dict(cell_ladder(n, cells.get(n), runs.get(n), third))
@@ -1102,9 +1101,8 @@ def limiter_table(plan, limited, runs, third, cells) -> list:
             top = max(k for k, r in ladder.items() if _reach(r) >= tk - 1e-9)
             other, default, best = (float(_on(d, [tk])[0][0])
                                     for d in (run, ladder[m], ladder[top]))
-            step = best - default
-            share = (other - default) / step if abs(step) > 1e-4 else math.nan
-            rows.append([n, limiter, m, float(tk), default, other, top, best, share])
+            rows.append([n, limiter, m, float(tk), default, other, other - default, top, best,
+                         best - default])
     return rows
 
 
@@ -1146,9 +1144,21 @@ def _span_fits(plan, ladder) -> tuple:
         (m0, _), (m1, _), (m2, _) = three
         w = [_on(run, t[span]) for _, run in three]
         fits.append((end, span, [m for m, _ in three], w,
-                     [richardson(*(x[c] for x in w), ratio=(m1 / m0, m2 / m1))
-                      for c in range(2)]))
+                     [_monotone_fit([x[c] for x in w], (m1 / m0, m2 / m1)) for c in range(2)]))
     return t, fits
+
+
+def _monotone_fit(w, ratio) -> tuple:
+    """:func:`richardson` of three curves (coarsest first), or NaNs where the two steps have
+    opposite signs where either is largest: convergence that oscillates has no asymptotic
+    range, and the quotient of the steps' sizes alone would fit it a spurious low order whose
+    correction lies beyond every resolution."""
+    first, second = w[0] - w[1], w[1] - w[2]
+    at = [int(np.argmax(np.abs(first))), int(np.argmax(np.abs(second)))]
+    if np.any(first[at] * second[at] < 0):
+        nan = np.full(np.shape(w[2]), np.nan)
+        return math.nan, nan, nan
+    return richardson(*w, ratio=ratio)
 
 
 def observed_limit(plan, ladder) -> tuple[dict, dict]:
@@ -1853,11 +1863,11 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              "The cells' limiter: n's state run on by the cells at m with another limiter than "
              "the default (Barth-Jespersen), against the default at m and the finest cells "
              f"from the same state that reached the time, every {FINER_EVERY:g} time units (W2 "
-             "to Pi#rho_0), and the share of the step from m to the finest that the limiter "
-             "alone makes:", "",
+             "to Pi#rho_0), the change the limiter alone makes and the step from m to the "
+             "finest:", "",
              table(limiter_table(plan, limited, runs, third, cells),
                    ["state n", "limiter", "cells", "t", "W2 default", "W2 limiter",
-                    "finest cells", "W2 finest", "share of the step"]), "",
+                    "limiter's change", "finest cells", "W2 finest", "step to finest"]), "",
              "The cells from one state at three resolutions or more: n's state at the "
              "handoff run on by the cells at n, 2n and each further resolution; per span of "
              f"{FINER_EVERY:g} time units, the three finest that reached its end, W2 to "
