@@ -146,3 +146,20 @@ def test_richardson_refuses_what_it_cannot_extrapolate():
     assert math.isnan(p) and np.all(np.isnan(R)) and np.all(np.isnan(err))
     with pytest.raises(ValueError, match="same points"):
         richardson(T, T, T[:3])
+
+
+def test_richardson_refuses_steps_of_opposite_signs():
+    from spherepde.analysis.convergence import richardson
+
+    # the middle resolution overshoots: the steps' sizes alone (0.011 then 0.0025) would fit
+    # an order of about 3, but convergence that oscillates has no asymptotic range
+    t = np.linspace(0.0, 1.0, 9)
+    v = 0.3 + 0.1 * t
+    p, R, err = richardson(v + 0.010, v - 0.001 * (1 + t), v + 0.0005, ratio=(1.5, 4 / 3))
+    assert math.isnan(p) and np.isnan(R).all() and np.isnan(err).all()
+    # opposite signs elsewhere than where either step is largest do not matter
+    first = np.where(t > 0.5, 0.004, -0.0001)
+    second = np.where(t > 0.5, 0.002, 0.00005)
+    p, R, _ = richardson(v + second + first, v + second, v, ratio=2.0)
+    assert abs(p - 1.0) < 1e-12 and np.allclose(R, v - second)
+

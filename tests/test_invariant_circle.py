@@ -368,20 +368,6 @@ def test_three_cell_resolutions_are_extrapolated_at_each_spans_observed_order():
     assert words.startswith("cells 64, 96, 128, 192 (reached t = 15) from its state")
 
 
-def test_steps_of_opposite_signs_are_not_extrapolated():
-    t = np.linspace(0.0, 1.0, 9)
-    v = 0.3 + 0.1 * t
-    # the middle resolution overshoots: the steps' sizes alone would fit an order
-    w = [v + 0.010, v - 0.001 * (1 + t), v + 0.0005]
-    assert not math.isnan(ic.richardson(*w, ratio=(1.5, 4 / 3))[0])
-    p, r, err = ic._monotone_fit(w, (1.5, 4 / 3))
-    assert math.isnan(p) and np.isnan(r).all() and np.isnan(err).all()
-    # steps of one sign: the ordinary fit
-    w = [v + 0.004, v + 0.002, v + 0.001]
-    for got, want in zip(ic._monotone_fit(w, 2.0), ic.richardson(*w, ratio=2.0), strict=True):
-        np.testing.assert_array_equal(got, want)
-
-
 def test_gauss_rule_integrates_the_measure_to_degree_2q_minus_1():
     rng = np.random.default_rng(3)
     z, m = rng.uniform(-0.02, 0.03, (5, 40)), rng.uniform(0.0, 1.0, (5, 40))

@@ -1143,22 +1143,10 @@ def _span_fits(plan, ladder) -> tuple:
         three = [(m, run) for m, run in ladder if _reach(run) >= end - 1e-9][-3:]
         (m0, _), (m1, _), (m2, _) = three
         w = [_on(run, t[span]) for _, run in three]
+        ratio = (m1 / m0, m2 / m1)
         fits.append((end, span, [m for m, _ in three], w,
-                     [_monotone_fit([x[c] for x in w], (m1 / m0, m2 / m1)) for c in range(2)]))
+                     [richardson(*[x[c] for x in w], ratio=ratio) for c in range(2)]))
     return t, fits
-
-
-def _monotone_fit(w, ratio) -> tuple:
-    """:func:`richardson` of three curves (coarsest first), or NaNs where the two steps have
-    opposite signs where either is largest: convergence that oscillates has no asymptotic
-    range, and the quotient of the steps' sizes alone would fit it a spurious low order whose
-    correction lies beyond every resolution."""
-    first, second = w[0] - w[1], w[1] - w[2]
-    at = [int(np.argmax(np.abs(first))), int(np.argmax(np.abs(second)))]
-    if np.any(first[at] * second[at] < 0):
-        nan = np.full(np.shape(w[2]), np.nan)
-        return math.nan, nan, nan
-    return richardson(*w, ratio=ratio)
 
 
 def observed_limit(plan, ladder) -> tuple[dict, dict]:
@@ -1183,9 +1171,9 @@ def cells_order_table(plan, runs, third, cells) -> list:
     """Per FINER_EVERY time units from the handoff: n's state run on by the cells at n, 2n and
     each third resolution, and from the three finest that reached the span's end (listed), W2
     to Pi#rho_0 of each there, the observed order in the cell width over the span
-    (:func:`_span_fits`, NaN where the steps do not shrink), the correction to the finest's
-    curve its extrapolant makes, and the first-order bar |finest - coarsest| / (r - 1), r
-    their ratio (an order of 1 or more keeps the finest's error under it)."""
+    (:func:`_span_fits`, NaN where the steps do not shrink or oscillate), the correction to
+    the finest's curve its extrapolant makes, and the first-order bar |finest - coarsest| /
+    (r - 1), r their ratio (an order of 1 or more keeps the finest's error under it)."""
     rows = []
     for n, own in cells.items():
         if own is None or runs.get(n) is None:
@@ -1872,9 +1860,9 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              "handoff run on by the cells at n, 2n and each further resolution; per span of "
              f"{FINER_EVERY:g} time units, the three finest that reached its end, W2 to "
              "Pi#rho_0 of each there, and over the span the observed order in the cell width "
-             "(–: the steps do not shrink), the largest correction its extrapolation makes to "
-             "the finest, and the first-order bar |finest - coarsest| / (r - 1), r their "
-             "ratio:", "",
+             "(–: the steps do not shrink, or oscillate), the largest correction its "
+             "extrapolation makes to the finest, and the first-order bar "
+             "|finest - coarsest| / (r - 1), r their ratio:", "",
              table(cells_order_table(plan, runs, third, cells),
                    ["n", "cells", "t", "W2 coarsest", "W2 middle", "W2 finest", "order",
                     "correction to finest", "first-order bar"])]

@@ -715,7 +715,7 @@ def richardson_rows(curves: list[Curve]):
         res = sorted(c.seconds)[-3:]
         if math.isnan(p):
             rows.append((c.scenario, c.solver, beta_label(c.beta), ", ".join(map(str, res)),
-                         "none (differences do not shrink)", "", "", "", "", ""))
+                         "none (the differences do not shrink, or oscillate)", "", "", "", "", ""))
             continue
         i = int(np.argmin(R))
         rows.append((c.scenario, c.solver, beta_label(c.beta), ", ".join(map(str, res)), p,

@@ -64,8 +64,10 @@ def richardson(coarse, mid, fine, ratio=2.0):
 
     Returns
     -------
-    order : float (nan when the differences do not shrink fast enough for any positive
-        order: no asymptotic range)
+    order : float (nan where there is no asymptotic range: the differences do not shrink
+        fast enough for any positive order, or the two steps have opposite signs where either
+        is largest, so that convergence oscillates and the quotient of their sizes alone
+        would fit a spurious order whose correction lies beyond every resolution)
     extrapolated : (T,) R
     error : (T,) |R − fine|
 
@@ -85,8 +87,12 @@ def richardson(coarse, mid, fine, ratio=2.0):
     if not coarse.shape == mid.shape == fine.shape:
         raise ValueError(f"shapes {coarse.shape}, {mid.shape}, {fine.shape}: the three runs "
                          "must be sampled at the same points")
-    d_coarse, d_fine = np.max(np.abs(coarse - mid)), np.max(np.abs(mid - fine))
+    first, second = coarse - mid, mid - fine
+    d_coarse, d_fine = np.max(np.abs(first)), np.max(np.abs(second))
     nan = np.full(fine.shape, np.nan)
+    at = [int(np.argmax(np.abs(first))), int(np.argmax(np.abs(second)))]
+    if np.any(first.ravel()[at] * second.ravel()[at] < 0):
+        return float("nan"), nan, nan
     # the quotient of the two steps at order p, with h2 = 1: it rises from
     # log(r1) / log(r2) at p -> 0 without bound, so a positive order exists above that
     def quotient(p):
