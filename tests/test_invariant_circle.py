@@ -625,3 +625,32 @@ def test_window_table_gives_each_fine_levels_points_and_their_margin():
     rows = ic.window_table({8: [(two, {"dividers": points})]})
     assert [r[4:7] for r in rows[:2]] == [[0, "1.6100", "1.5100"], [1, "1.6200", "1.5200"]]
     assert ic.in_windows(1.5, two.window) and not ic.in_windows(1.81, two.window)
+
+
+def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
+    plan = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, t_handoff=3.0, t_end=8.0)
+    t = np.linspace(0.0, 8.0, 33)
+
+    def run(core, share, upto=8.0):
+        keep = t <= upto + 1e-9
+        return {"times": t[keep], "core_ratio": core + 0 * t[keep],
+                "share": share + 0 * t[keep]}
+
+    cells = {8: run(0.8, 0.1)}
+    runs = {8: run(0.9, 0.2)}
+    third = {(8, 24): run(0.95, 0.3, upto=5.0), (4, 12): run(0.0, 0.0)}   # another state's
+    chain = [(ic.Step(8, 0.0, levels=2, caps=1), run(0.0, 0.0)),          # ungraded: left out
+             (ic.Step(8, 1e-5, levels=2, caps=1), run(0.5, 0.5)),         # coarser than the
+             (ic.Step(8, 1e-6, levels=2, caps=1), run(0.99, 0.4)),        # finest of its chain
+             (ic.Step(8, 1e-6, levels=2, caps=2), run(0.97, 0.6)),
+             (ic.Step(8, 1e-4, levels=2, caps=3), run(0.0, 0.0)),         # not graded enough
+             (ic.Step(8, 1e-6, levels=2), run(0.0, 0.0))]                 # not whole-sphere
+    ms, rows = ic.core_table(plan, runs, third, cells, {8: chain})
+    assert ms == [8, 16, 24]
+    assert [r[1] for r in rows] == [3.0, 5.0, 7.0]
+    np.testing.assert_allclose(rows[0][2:5], [0.2, 0.1, 0.05])
+    assert rows[0][5] == "0.0100-0.0300 (2)" and rows[0][9] == "0.4000-0.6000 (2)"
+    np.testing.assert_allclose(rows[0][6:9], [0.1, 0.2, 0.3])
+    assert math.isnan(rows[2][4]) and math.isnan(rows[2][8])   # 24 stopped at t = 5
+    # a state with fewer than three resolutions has no ladder to show
+    assert ic.core_table(plan, runs, {}, cells, {8: chain}) == ([], [])

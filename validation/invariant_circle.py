@@ -71,6 +71,8 @@ import numpy as np
 from _common import OUT, linear_fit, publish, run_key, stored_run, table
 from departure import (
     CONVERGED_FRACTION,
+    CORE_RADIUS,
+    TAIL_WIDTHS,
     E,
     Probe,
     Run,
@@ -1106,6 +1108,51 @@ def limiter_table(plan, limited, runs, third, cells) -> list:
     return rows
 
 
+#: The token rules the cluster's core is read from: graded to this d_min or finer.
+CORE_D_MIN = 1e-6
+
+
+def _probe(run, key: str, t: float) -> float:
+    """Probe column ``key`` of a run at output time t (NaN where the run ends before t)."""
+    if run is None or t > _reach(run) + 1e-9:
+        return math.nan
+    return float(np.asarray(run[key])[np.searchsorted(run["times"], t - 1e-9)])
+
+
+def core_table(plan, runs, third, cells, chains) -> tuple[list, list]:
+    """The cluster's core, where the cells and the tokens part late: every FINER_EVERY time
+    units from the handoff, the core's speed deficit 1 - core_ratio (a Gaussian core of the
+    measured variance, tilted by the attention; 0 for a point) and the attention share of the
+    tail (departure.py's probes), in the cells from n's state at each resolution of
+    :func:`cell_ladder` (where three or more ran) and, as min-max, in the finest rule of each
+    whole-sphere token chain from that state graded to CORE_D_MIN or finer. Returns (the
+    cells' resolutions, rows)."""
+    ladders = {n: cell_ladder(n, cells.get(n), runs[n], third) for n in runs
+               if runs[n] is not None and cells.get(n) is not None}
+    ladders = {n: ladder for n, ladder in ladders.items() if len(ladder) >= 3}
+    ms = sorted({m for ladder in ladders.values() for m, _ in ladder})
+    rows = []
+    for n, ladder in ladders.items():
+        by = dict(ladder)
+        finest = {}
+        for s, d in chains.get(n, []):
+            if s.caps and d is not None and 0 < s.d_min <= CORE_D_MIN * (1 + 1e-9):
+                finest[(s.levels, s.cap_rule)] = d   # the chain's steps run coarse to fine
+        t = _every(by[2 * n]["times"], plan.t_handoff)
+        for tk in t[t >= plan.t_handoff - 1e-9]:
+            row = [n, float(tk)]
+            for key, lack in (("core_ratio", True), ("share", False)):
+                got = [_probe(by.get(m), key, tk) for m in ms]
+                tok = [_probe(d, key, tk) for d in finest.values()]
+                tok = [v for v in tok if not math.isnan(v)]
+                row += [1.0 - v if lack else v for v in got]
+                row += [f"{min(1.0 - v if lack else v for v in tok):.4f}-"
+                        f"{max(1.0 - v if lack else v for v in tok):.4f} ({len(tok)})"
+                        if tok else "-"]
+            rows.append(row)
+    return ms, rows
+
+
 def _spans(times, t_handoff: float):
     """Masks of ``times`` in spans of FINER_EVERY from the handoff (the first closed at the
     handoff), with each span's end."""
@@ -1775,6 +1822,23 @@ def _attention_text(plan: Plan, chains, store: Path) -> list[str]:
     return text
 
 
+def _core_text(plan, runs, third, cells, chains) -> list[str]:
+    ms, rows = core_table(plan, runs, third, cells, chains)
+    if not rows:
+        return []
+    return ["The cluster's core: n's state at the handoff run on by the cells at each "
+            "resolution and by the finest rule of each whole-sphere token chain graded to "
+            f"d_min = {CORE_D_MIN:.0e} or finer (min-max over the chains, their count in "
+            f"brackets), every {FINER_EVERY:g} time units: the "
+            "core's speed deficit 1 - core_ratio (a Gaussian core of the measured variance, "
+            f"tilted by the attention; the core: within {CORE_RADIUS:g} rad of the cluster; "
+            "0 for a point) and the attention share of the tail (farther than "
+            f"{TAIL_WIDTHS:g} attention widths from the cluster):", "",
+            table(rows, ["state n", "t"] + [f"deficit, cells {m}" for m in ms]
+                  + ["deficit, tokens"] + [f"tail share, cells {m}" for m in ms]
+                  + ["tail share, tokens"]), ""]
+
+
 def report(plan: Plan, store: Path, name: str, folder=OUT):
     chains = {n: run_chain(plan, n, store, compute_missing=False) for n in plan.cells}
     cells = {n: cells_run_on(n, OUT / "departure_runs", plan.t_end) for n in plan.cells}
@@ -1856,6 +1920,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(limiter_table(plan, limited, runs, third, cells),
                    ["state n", "limiter", "cells", "t", "W2 default", "W2 limiter",
                     "limiter's change", "finest cells", "W2 finest", "step to finest"]), "",
+             *_core_text(plan, runs, third, cells, chains),
              "The cells from one state at three resolutions or more: n's state at the "
              "handoff run on by the cells at n, 2n and each further resolution; per span of "
              f"{FINER_EVERY:g} time units, the three finest that reached its end, W2 to "
