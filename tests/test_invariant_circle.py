@@ -645,12 +645,13 @@ def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
              (ic.Step(8, 1e-6, levels=2, caps=2), run(0.97, 0.6)),
              (ic.Step(8, 1e-4, levels=2, caps=3), run(0.0, 0.0)),         # not graded enough
              (ic.Step(8, 1e-6, levels=2), run(0.0, 0.0))]                 # not whole-sphere
-    ms, rows = ic.core_table(plan, runs, third, cells, {8: chain})
-    assert ms == [8, 16, 24]
+    limited = {(8, "positivity", 8): run(0.85, 0.15), (8, "positivity", 16): None}
+    cols, rows = ic.core_table(plan, runs, third, cells, {8: chain}, limited)
+    assert cols == ["cells 8", "cells 16", "cells 24", "cells 8, positivity"]
     assert [r[1] for r in rows] == [3.0, 5.0, 7.0]
-    np.testing.assert_allclose(rows[0][2:5], [0.2, 0.1, 0.05])
-    assert rows[0][5] == "0.0100-0.0300 (2)" and rows[0][9] == "0.4000-0.6000 (2)"
-    np.testing.assert_allclose(rows[0][6:9], [0.1, 0.2, 0.3])
-    assert math.isnan(rows[2][4]) and math.isnan(rows[2][8])   # 24 stopped at t = 5
+    np.testing.assert_allclose(rows[0][2:6], [0.2, 0.1, 0.05, 0.15])
+    assert rows[0][6] == "0.0100-0.0300 (2)" and rows[0][11] == "0.4000-0.6000 (2)"
+    np.testing.assert_allclose(rows[0][7:11], [0.1, 0.2, 0.3, 0.15])
+    assert math.isnan(rows[2][4]) and math.isnan(rows[2][9])   # 24 stopped at t = 5
     # a state with fewer than three resolutions has no ladder to show
     assert ic.core_table(plan, runs, {}, cells, {8: chain}) == ([], [])

@@ -1119,30 +1119,35 @@ def _probe(run, key: str, t: float) -> float:
     return float(np.asarray(run[key])[np.searchsorted(run["times"], t - 1e-9)])
 
 
-def core_table(plan, runs, third, cells, chains) -> tuple[list, list]:
+def core_table(plan, runs, third, cells, chains, limited=None) -> tuple[list, list]:
     """The cluster's core, where the cells and the tokens part late: every FINER_EVERY time
     units from the handoff, the core's speed deficit 1 - core_ratio (a Gaussian core of the
     measured variance, tilted by the attention; 0 for a point) and the attention share of the
     tail (departure.py's probes), in the cells from n's state at each resolution of
-    :func:`cell_ladder` (where three or more ran) and, as min-max, in the finest rule of each
-    whole-sphere token chain from that state graded to CORE_D_MIN or finer. Returns (the
-    cells' resolutions, rows)."""
+    :func:`cell_ladder` (where three or more ran), then with another limiter (``limited``:
+    {(n, limiter, m): run}), and, as min-max, in the finest rule of each whole-sphere token
+    chain from that state graded to CORE_D_MIN or finer. Returns (the cells' columns, rows)."""
     ladders = {n: cell_ladder(n, cells.get(n), runs[n], third) for n in runs
                if runs[n] is not None and cells.get(n) is not None}
     ladders = {n: ladder for n, ladder in ladders.items() if len(ladder) >= 3}
-    ms = sorted({m for ladder in ladders.values() for m, _ in ladder})
+    columns = {f"cells {m}": {} for m in sorted({m for lad in ladders.values() for m, _ in lad})}
+    for n, ladder in ladders.items():
+        for m, run in ladder:
+            columns[f"cells {m}"][n] = run
+    for (n, lim, m), run in (limited or {}).items():
+        if n in ladders and run is not None:
+            columns.setdefault(f"cells {m}, {lim}", {})[n] = run
     rows = []
     for n, ladder in ladders.items():
-        by = dict(ladder)
         finest = {}
         for s, d in chains.get(n, []):
             if s.caps and d is not None and 0 < s.d_min <= CORE_D_MIN * (1 + 1e-9):
                 finest[(s.levels, s.cap_rule)] = d   # the chain's steps run coarse to fine
-        t = _every(by[2 * n]["times"], plan.t_handoff)
+        t = _every(dict(ladder)[2 * n]["times"], plan.t_handoff)
         for tk in t[t >= plan.t_handoff - 1e-9]:
             row = [n, float(tk)]
             for key, lack in (("core_ratio", True), ("share", False)):
-                got = [_probe(by.get(m), key, tk) for m in ms]
+                got = [_probe(by.get(n), key, tk) for by in columns.values()]
                 tok = [_probe(d, key, tk) for d in finest.values()]
                 tok = [v for v in tok if not math.isnan(v)]
                 row += [1.0 - v if lack else v for v in got]
@@ -1150,7 +1155,7 @@ def core_table(plan, runs, third, cells, chains) -> tuple[list, list]:
                         f"{max(1.0 - v if lack else v for v in tok):.4f} ({len(tok)})"
                         if tok else "-"]
             rows.append(row)
-    return ms, rows
+    return list(columns), rows
 
 
 def _spans(times, t_handoff: float):
@@ -1822,20 +1827,20 @@ def _attention_text(plan: Plan, chains, store: Path) -> list[str]:
     return text
 
 
-def _core_text(plan, runs, third, cells, chains) -> list[str]:
-    ms, rows = core_table(plan, runs, third, cells, chains)
+def _core_text(plan, runs, third, cells, chains, limited) -> list[str]:
+    cols, rows = core_table(plan, runs, third, cells, chains, limited)
     if not rows:
         return []
     return ["The cluster's core: n's state at the handoff run on by the cells at each "
-            "resolution and by the finest rule of each whole-sphere token chain graded to "
-            f"d_min = {CORE_D_MIN:.0e} or finer (min-max over the chains, their count in "
-            f"brackets), every {FINER_EVERY:g} time units: the "
-            "core's speed deficit 1 - core_ratio (a Gaussian core of the measured variance, "
+            "resolution (and with another limiter) and by the finest rule of each "
+            f"whole-sphere token chain graded to d_min = {CORE_D_MIN:.0e} or finer (min-max "
+            f"over the chains, their count in brackets), every {FINER_EVERY:g} time units: "
+            "the core's speed deficit 1 - core_ratio (a Gaussian core of the measured variance, "
             f"tilted by the attention; the core: within {CORE_RADIUS:g} rad of the cluster; "
             "0 for a point) and the attention share of the tail (farther than "
             f"{TAIL_WIDTHS:g} attention widths from the cluster):", "",
-            table(rows, ["state n", "t"] + [f"deficit, cells {m}" for m in ms]
-                  + ["deficit, tokens"] + [f"tail share, cells {m}" for m in ms]
+            table(rows, ["state n", "t"] + [f"deficit, {c}" for c in cols]
+                  + ["deficit, tokens"] + [f"tail share, {c}" for c in cols]
                   + ["tail share, tokens"]), ""]
 
 
@@ -1920,7 +1925,7 @@ def report(plan: Plan, store: Path, name: str, folder=OUT):
              table(limiter_table(plan, limited, runs, third, cells),
                    ["state n", "limiter", "cells", "t", "W2 default", "W2 limiter",
                     "limiter's change", "finest cells", "W2 finest", "step to finest"]), "",
-             *_core_text(plan, runs, third, cells, chains),
+             *_core_text(plan, runs, third, cells, chains, limited),
              "The cells from one state at three resolutions or more: n's state at the "
              "handoff run on by the cells at n, 2n and each further resolution; per span of "
              f"{FINER_EVERY:g} time units, the three finest that reached its end, W2 to "
