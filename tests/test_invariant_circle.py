@@ -627,31 +627,50 @@ def test_window_table_gives_each_fine_levels_points_and_their_margin():
     assert ic.in_windows(1.5, two.window) and not ic.in_windows(1.81, two.window)
 
 
+def test_core_width_reads_a_deficit_as_the_gaussian_cores_deviation():
+    probe = ic.Probe(ic.model_for("R1", ic.BETA))
+    side = probe.V @ ic.E - (ic.E @ probe.V @ ic.E) * ic.E
+    for angle in (0.0, 0.3, 0.45):
+        c = np.cos(angle) * ic.E + np.sin(angle) * side / np.linalg.norm(side)
+        for sigma in (0.001, 0.005, 0.02):
+            deficit = 1.0 - probe.core_ratio(c, sigma ** 2)
+            assert deficit > 0
+            assert abs(ic.core_width(probe, angle, deficit) - sigma) < 1e-8
+    assert ic.core_width(probe, 0.3, 0.0) == 0.0
+    assert math.isnan(ic.core_width(probe, 0.3, -1e-3))        # a core faster than a point
+    assert math.isnan(ic.core_width(probe, 0.3, 0.99))         # beyond any core below the cap
+    assert math.isnan(ic.core_width(probe, math.nan, 0.01))
+
+
 def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
     plan = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, t_handoff=3.0, t_end=8.0)
     t = np.linspace(0.0, 8.0, 33)
+    probe = ic.Probe(ic.model_for("R1", ic.BETA))
+    side = probe.V @ ic.E - (ic.E @ probe.V @ ic.E) * ic.E
+    c = np.cos(0.3) * ic.E + np.sin(0.3) * side / np.linalg.norm(side)
 
-    def run(core, share, upto=8.0):
+    def run(sigma, upto=8.0):
         keep = t <= upto + 1e-9
-        return {"times": t[keep], "core_ratio": core + 0 * t[keep],
-                "share": share + 0 * t[keep]}
+        ratio = probe.core_ratio(c, sigma ** 2) if sigma else 0.0
+        return {"times": t[keep], "core_ratio": ratio + 0 * t[keep], "angle": 0.3 + 0 * t[keep]}
 
-    cells = {8: run(0.8, 0.1)}
-    runs = {8: run(0.9, 0.2)}
-    third = {(8, 24): run(0.95, 0.3, upto=5.0), (4, 12): run(0.0, 0.0)}   # another state's
-    chain = [(ic.Step(8, 0.0, levels=2, caps=1), run(0.0, 0.0)),          # ungraded: left out
-             (ic.Step(8, 1e-5, levels=2, caps=1), run(0.5, 0.5)),         # coarser than the
-             (ic.Step(8, 1e-6, levels=2, caps=1), run(0.99, 0.4)),        # finest of its chain
-             (ic.Step(8, 1e-6, levels=2, caps=2), run(0.97, 0.6)),
-             (ic.Step(8, 1e-4, levels=2, caps=3), run(0.0, 0.0)),         # not graded enough
-             (ic.Step(8, 1e-6, levels=2), run(0.0, 0.0))]                 # not whole-sphere
-    limited = {(8, "positivity", 8): run(0.85, 0.15), (8, "positivity", 16): None}
+    cells, runs = {8: run(0.02)}, {8: run(0.01)}
+    third = {(8, 24): run(0.005, upto=5.0), (4, 12): run(0.0)}   # another state's
+    chain = [(ic.Step(8, 0.0, levels=2, caps=1), run(0.0)),          # ungraded: left out
+             (ic.Step(8, 1e-5, levels=2, caps=1), run(0.0)),         # coarser than the
+             (ic.Step(8, 1e-6, levels=2, caps=1), run(0.002)),       # finest of its chain
+             (ic.Step(8, 1e-6, levels=2, caps=2), run(0.003)),
+             (ic.Step(8, 1e-4, levels=2, caps=3), run(0.0)),         # not graded enough
+             (ic.Step(8, 1e-6, levels=2), run(0.0))]                 # not whole-sphere
+    limited = {(8, "positivity", 8): run(0.015), (8, "positivity", 16): None}
     cols, rows = ic.core_table(plan, runs, third, cells, {8: chain}, limited)
     assert cols == ["cells 8", "cells 16", "cells 24", "cells 8, positivity"]
     assert [r[1] for r in rows] == [3.0, 5.0, 7.0]
-    np.testing.assert_allclose(rows[0][2:6], [0.2, 0.1, 0.05, 0.15])
-    assert rows[0][6] == "0.0100-0.0300 (2)" and rows[0][11] == "0.4000-0.6000 (2)"
-    np.testing.assert_allclose(rows[0][7:11], [0.1, 0.2, 0.3, 0.15])
+    np.testing.assert_allclose(rows[0][7:11], [0.02, 0.01, 0.005, 0.015], rtol=1e-6)
+    assert rows[0][11] == "0.0020-0.0030 (2)"
+    deficits = [1.0 - probe.core_ratio(c, s ** 2) for s in (0.02, 0.01, 0.005, 0.015)]
+    np.testing.assert_allclose(rows[0][2:6], deficits)
+    assert rows[0][6] == ic._spread(1.0 - probe.core_ratio(c, s ** 2) for s in (0.002, 0.003))
     assert math.isnan(rows[2][4]) and math.isnan(rows[2][9])   # 24 stopped at t = 5
     # a state with fewer than three resolutions has no ladder to show
     assert ic.core_table(plan, runs, {}, cells, {8: chain}) == ([], [])

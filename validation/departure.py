@@ -210,6 +210,15 @@ class Probe:
         a = w * np.exp(score - score.max())
         return a / a.sum()
 
+    def core_ratio(self, c, var: float) -> float:
+        """The speed of an isotropic Gaussian core about c, of variance ``var`` per tangent
+        direction, tilted by the attention, over the speed of a point at c."""
+        Pc = np.eye(3) - np.outer(c, c)
+        b = float(c @ self.B @ c)
+        kappa = self.beta * var / (1.0 + self.beta * var * b)  # the tilt of a Gaussian core
+        core_m = c + kappa * (Pc @ self.B.T @ c)
+        return float(np.linalg.norm(Pc @ self.V @ core_m) / np.linalg.norm(Pc @ self.V @ c))
+
     def row(self, x, w, c) -> dict:
         a = self.attention(x, w, c)
         Pc = np.eye(3) - np.outer(c, c)
@@ -218,13 +227,10 @@ class Probe:
         core = (x @ c) > math.cos(CORE_RADIUS)
         # per tangent direction: E(1 - <x, c>) = E|xi|^2 / 2 = sigma^2 for an isotropic core
         var = float(w[core] @ (1.0 - x[core] @ c) / w[core].sum())
-        b = float(c @ self.B @ c)
-        kappa = self.beta * var / (1.0 + self.beta * var * b)  # the tilt of a Gaussian core
-        core_m = c + kappa * (Pc @ self.B.T @ c)
         return {"angle": float(np.arccos(np.clip(c[0], -1, 1))), "share": float(a[tail].sum()),
                 "tail_mass": float(w[tail & (x[:, 0] > 0)].sum()),
                 "ratio": float(np.linalg.norm(Pc @ self.V @ (a @ x))) / lone,
-                "core_ratio": float(np.linalg.norm(Pc @ self.V @ core_m)) / lone}
+                "core_ratio": self.core_ratio(c, var)}
 
     def record(self, x, w, c, m_plus) -> dict:
         """The row of one output: :meth:`row`, W2 to m+ delta_e + (1 - m+) delta_-e (Pi#rho_0)

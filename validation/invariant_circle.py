@@ -72,7 +72,6 @@ from _common import OUT, linear_fit, publish, run_key, stored_run, table
 from departure import (
     CONVERGED_FRACTION,
     CORE_RADIUS,
-    TAIL_WIDTHS,
     E,
     Probe,
     Run,
@@ -85,6 +84,7 @@ from departure import (
 )
 from late_phase import model_for
 from low_temperature import _particle_solver, cached_piece, initial
+from scipy.optimize import brentq
 
 import spherepde as sp
 from spherepde import io
@@ -1110,6 +1110,9 @@ def limiter_table(plan, limited, runs, third, cells) -> list:
 
 #: The token rules the cluster's core is read from: graded to this d_min or finer.
 CORE_D_MIN = 1e-6
+#: A Gaussian core's speed deficit grows with its deviation up to beyond this (rad) at the
+#: angles the cluster passes; a deficit is read as a deviation below it.
+CORE_SIGMA_MAX = 0.03
 
 
 def _probe(run, key: str, t: float) -> float:
@@ -1119,12 +1122,36 @@ def _probe(run, key: str, t: float) -> float:
     return float(np.asarray(run[key])[np.searchsorted(run["times"], t - 1e-9)])
 
 
+def core_width(probe, angle: float, deficit: float) -> float:
+    """The deviation (rad) of the isotropic Gaussian core on the circle z = 0, ``angle`` from
+    e toward where the cluster leaves (P_e V e), whose speed deficit 1 - core_ratio
+    (:meth:`departure.Probe.core_ratio`) is ``deficit``: the core's width that a measured
+    deficit stands for. NaN where no deviation up to CORE_SIGMA_MAX has it."""
+    if math.isnan(angle) or math.isnan(deficit) or deficit < 0:
+        return math.nan
+    side = probe.V @ E - (E @ probe.V @ E) * E
+    c = math.cos(angle) * E + math.sin(angle) * side / np.linalg.norm(side)
+
+    def gap(sigma):
+        return 1.0 - probe.core_ratio(c, sigma * sigma) - deficit
+
+    if gap(CORE_SIGMA_MAX) < 0:
+        return math.nan
+    return 0.0 if deficit == 0 else float(brentq(gap, 0.0, CORE_SIGMA_MAX, xtol=1e-10))
+
+
+def _spread(values) -> str:
+    """min-max of the finite values (their count in brackets), or '-' where none is."""
+    v = [x for x in values if not math.isnan(x)]
+    return f"{min(v):.4f}-{max(v):.4f} ({len(v)})" if v else "-"
+
+
 def core_table(plan, runs, third, cells, chains, limited=None) -> tuple[list, list]:
     """The cluster's core, where the cells and the tokens part late: every FINER_EVERY time
     units from the handoff, the core's speed deficit 1 - core_ratio (a Gaussian core of the
-    measured variance, tilted by the attention; 0 for a point) and the attention share of the
-    tail (departure.py's probes), in the cells from n's state at each resolution of
-    :func:`cell_ladder` (where three or more ran), then with another limiter (``limited``:
+    measured variance, tilted by the attention; 0 for a point; departure.py's probe) and the
+    width it stands for (:func:`core_width`), in the cells from n's state at each resolution
+    of :func:`cell_ladder` (where three or more ran), then with another limiter (``limited``:
     {(n, limiter, m): run}), and, as min-max, in the finest rule of each whole-sphere token
     chain from that state graded to CORE_D_MIN or finer. Returns (the cells' columns, rows)."""
     ladders = {n: cell_ladder(n, cells.get(n), runs[n], third) for n in runs
@@ -1137,7 +1164,7 @@ def core_table(plan, runs, third, cells, chains, limited=None) -> tuple[list, li
     for (n, lim, m), run in (limited or {}).items():
         if n in ladders and run is not None:
             columns.setdefault(f"cells {m}, {lim}", {})[n] = run
-    rows = []
+    probe, rows = Probe(model_for("R1", BETA)), []
     for n, ladder in ladders.items():
         finest = {}
         for s, d in chains.get(n, []):
@@ -1145,16 +1172,13 @@ def core_table(plan, runs, third, cells, chains, limited=None) -> tuple[list, li
                 finest[(s.levels, s.cap_rule)] = d   # the chain's steps run coarse to fine
         t = _every(dict(ladder)[2 * n]["times"], plan.t_handoff)
         for tk in t[t >= plan.t_handoff - 1e-9]:
-            row = [n, float(tk)]
-            for key, lack in (("core_ratio", True), ("share", False)):
-                got = [_probe(by.get(n), key, tk) for by in columns.values()]
-                tok = [_probe(d, key, tk) for d in finest.values()]
-                tok = [v for v in tok if not math.isnan(v)]
-                row += [1.0 - v if lack else v for v in got]
-                row += [f"{min(1.0 - v if lack else v for v in tok):.4f}-"
-                        f"{max(1.0 - v if lack else v for v in tok):.4f} ({len(tok)})"
-                        if tok else "-"]
-            rows.append(row)
+            got = [(1.0 - _probe(by.get(n), "core_ratio", tk), _probe(by.get(n), "angle", tk))
+                   for by in columns.values()]
+            tok = [(1.0 - _probe(d, "core_ratio", tk), _probe(d, "angle", tk))
+                   for d in finest.values()]
+            rows.append([n, float(tk)] + [x for x, _ in got] + [_spread(x for x, _ in tok)]
+                        + [core_width(probe, a, x) for x, a in got]
+                        + [_spread(core_width(probe, a, x) for x, a in tok)])
     return list(columns), rows
 
 
@@ -1831,17 +1855,21 @@ def _core_text(plan, runs, third, cells, chains, limited) -> list[str]:
     cols, rows = core_table(plan, runs, third, cells, chains, limited)
     if not rows:
         return []
+    widths = ", ".join(f"{math.pi / 2 / m:.4f} at {m}"
+                       for m in sorted({int(c.split()[1].rstrip(",")) for c in cols}))
     return ["The cluster's core: n's state at the handoff run on by the cells at each "
             "resolution (and with another limiter) and by the finest rule of each "
             f"whole-sphere token chain graded to d_min = {CORE_D_MIN:.0e} or finer (min-max "
             f"over the chains, their count in brackets), every {FINER_EVERY:g} time units: "
             "the core's speed deficit 1 - core_ratio (a Gaussian core of the measured variance, "
-            f"tilted by the attention; the core: within {CORE_RADIUS:g} rad of the cluster; "
-            "0 for a point) and the attention share of the tail (farther than "
-            f"{TAIL_WIDTHS:g} attention widths from the cluster):", "",
+            f"tilted by the attention, against a point; the core: within {CORE_RADIUS:g} rad "
+            "of the cluster), and the deviation sigma (rad) of the Gaussian core on the "
+            "circle with that deficit (–: none below "
+            f"{CORE_SIGMA_MAX:g} rad), against a cell about pi / (2m) rad across at m cells "
+            f"({widths}):", "",
             table(rows, ["state n", "t"] + [f"deficit, {c}" for c in cols]
-                  + ["deficit, tokens"] + [f"tail share, {c}" for c in cols]
-                  + ["tail share, tokens"]), ""]
+                  + ["deficit, tokens"] + [f"sigma, {c}" for c in cols]
+                  + ["sigma, tokens"]), ""]
 
 
 def report(plan: Plan, store: Path, name: str, folder=OUT):
