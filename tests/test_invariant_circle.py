@@ -640,6 +640,7 @@ def test_core_width_reads_a_deficit_as_the_gaussian_cores_deviation():
     assert math.isnan(ic.core_width(probe, 0.3, -1e-3))        # a core faster than a point
     assert math.isnan(ic.core_width(probe, 0.3, 0.99))         # beyond any core below the cap
     assert math.isnan(ic.core_width(probe, math.nan, 0.01))
+    assert math.isnan(ic.core_width(probe, 0.6, 0.01))   # the deficit turns: more than one width
 
 
 def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():

@@ -1126,7 +1126,9 @@ def core_width(probe, angle: float, deficit: float) -> float:
     """The deviation (rad) of the isotropic Gaussian core on the circle z = 0, ``angle`` from
     e toward where the cluster leaves (P_e V e), whose speed deficit 1 - core_ratio
     (:meth:`departure.Probe.core_ratio`) is ``deficit``: the core's width that a measured
-    deficit stands for. NaN where no deviation up to CORE_SIGMA_MAX has it."""
+    deficit stands for. NaN where no deviation up to CORE_SIGMA_MAX has it, or where the
+    deficit does not grow with the deviation over that range (past about 0.5 rad from e), so
+    that it stands for more than one width."""
     if math.isnan(angle) or math.isnan(deficit) or deficit < 0:
         return math.nan
     side = probe.V @ E - (E @ probe.V @ E) * E
@@ -1135,7 +1137,8 @@ def core_width(probe, angle: float, deficit: float) -> float:
     def gap(sigma):
         return 1.0 - probe.core_ratio(c, sigma * sigma) - deficit
 
-    if gap(CORE_SIGMA_MAX) < 0:
+    grid = [gap(x) for x in np.linspace(0.0, CORE_SIGMA_MAX, 61)]
+    if np.any(np.diff(grid) <= 0) or grid[-1] < 0:
         return math.nan
     return 0.0 if deficit == 0 else float(brentq(gap, 0.0, CORE_SIGMA_MAX, xtol=1e-10))
 
