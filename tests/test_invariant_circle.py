@@ -675,3 +675,10 @@ def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
     assert math.isnan(rows[2][4]) and math.isnan(rows[2][9])   # 24 stopped at t = 5
     # a state with fewer than three resolutions has no ladder to show
     assert ic.core_table(plan, runs, {}, cells, {8: chain}) == ([], [])
+
+
+def test_report_only_without_saved_runs_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(ic, "OUT", tmp_path)
+    with pytest.raises(SystemExit, match="run without --report-only first"):
+        ic.main(["--quick", "--report-only"])
+    assert list(tmp_path.iterdir()) == []

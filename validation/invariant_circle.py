@@ -1701,7 +1701,7 @@ def figure(chains, cells, t_handoff: float, fine=None, finer=None, limits=None, 
     fig, axes = plt.subplots(len(chains), 2, figsize=(12, 3.8 * len(chains)), squeeze=False)
     for row, (n, chain) in zip(axes, chains.items(), strict=True):
         graded = [(s, d) for s, d in chain if d is not None and not s.repeat]
-        colours = plt.cm.viridis(np.linspace(0, 0.9, max(1, len(graded))))
+        colours = plt.cm.viridis(np.linspace(0, 0.9, len(graded)))
         for (step, d), col in zip(graded, colours, strict=True):
             after = d["times"] >= t_handoff
             for ax, key in zip(row, ("w2", "w2_term"), strict=True):
@@ -1982,6 +1982,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     plan, name = (QUICK, "invariant_circle_quick") if args.quick else (FULL, "invariant_circle")
     store = OUT / f"{name}_runs"
+    if args.report_only and not store.is_dir():
+        sys.exit(f"--report-only: no runs are saved under {store}; run without --report-only "
+                 "first (it resumes from whatever is saved)")
     if not args.report_only:
         chains = {n: run_chain(plan, n, store) for n in plan.cells}
         level_attention(plan, chains, store)
