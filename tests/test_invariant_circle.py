@@ -665,7 +665,7 @@ def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
              (ic.Step(8, 1e-6, levels=2), run(0.0))]                 # not whole-sphere
     limited = {(8, "positivity", 8): run(0.015), (8, "positivity", 16): None}
     cols, rows = ic.core_table(plan, runs, third, cells, {8: chain}, limited)
-    assert cols == ["cells 8", "cells 16", "cells 24", "cells 8, positivity"]
+    assert cols == [(8, None), (16, None), (24, None), (8, "positivity")]
     assert [r[1] for r in rows] == [3.0, 5.0, 7.0]
     np.testing.assert_allclose(rows[0][7:11], [0.02, 0.01, 0.005, 0.015], rtol=1e-6)
     assert rows[0][11] == "0.0020-0.0030 (2)"

@@ -1156,17 +1156,18 @@ def core_table(plan, runs, third, cells, chains, limited=None) -> tuple[list, li
     width it stands for (:func:`core_width`), in the cells from n's state at each resolution
     of :func:`cell_ladder` (where three or more ran), then with another limiter (``limited``:
     {(n, limiter, m): run}), and, as min-max, in the finest rule of each whole-sphere token
-    chain from that state graded to CORE_D_MIN or finer. Returns (the cells' columns, rows)."""
+    chain from that state graded to CORE_D_MIN or finer. Returns (the cells' columns as
+    (cells, limiter: None for the default), rows)."""
     ladders = {n: cell_ladder(n, cells.get(n), runs[n], third) for n in runs
                if runs[n] is not None and cells.get(n) is not None}
     ladders = {n: ladder for n, ladder in ladders.items() if len(ladder) >= 3}
-    columns = {f"cells {m}": {} for m in sorted({m for lad in ladders.values() for m, _ in lad})}
+    columns = {(m, None): {} for m in sorted({m for lad in ladders.values() for m, _ in lad})}
     for n, ladder in ladders.items():
         for m, run in ladder:
-            columns[f"cells {m}"][n] = run
+            columns[(m, None)][n] = run
     for (n, lim, m), run in (limited or {}).items():
         if n in ladders and run is not None:
-            columns.setdefault(f"cells {m}, {lim}", {})[n] = run
+            columns.setdefault((m, lim), {})[n] = run
     probe, rows = Probe(model_for("R1", BETA)), []
     for n, ladder in ladders.items():
         finest = {}
@@ -1858,8 +1859,8 @@ def _core_text(plan, runs, third, cells, chains, limited) -> list[str]:
     cols, rows = core_table(plan, runs, third, cells, chains, limited)
     if not rows:
         return []
-    widths = ", ".join(f"{math.pi / 2 / m:.4f} at {m}"
-                       for m in sorted({int(c.split()[1].rstrip(",")) for c in cols}))
+    widths = ", ".join(f"{math.pi / 2 / m:.4f} at {m}" for m in sorted({m for m, _ in cols}))
+    cols = [f"cells {m}" + (f", {lim}" if lim else "") for m, lim in cols]
     return ["The cluster's core: n's state at the handoff run on by the cells at each "
             "resolution (and with another limiter) and by the finest rule of each "
             f"whole-sphere token chain graded to d_min = {CORE_D_MIN:.0e} or finer (min-max "
