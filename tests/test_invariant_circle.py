@@ -673,6 +673,13 @@ def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
     np.testing.assert_allclose(rows[0][2:6], deficits)
     assert rows[0][6] == ic._spread(1.0 - probe.core_ratio(c, s ** 2) for s in (0.002, 0.003))
     assert math.isnan(rows[2][4]) and math.isnan(rows[2][9])   # 24 stopped at t = 5
+    # the excess variance over the tokens' core (median 0.0025) between the two finest
+    core = 0.0025 ** 2
+    order = math.log((0.01 ** 2 - core) / (0.005 ** 2 - core)) / math.log(1.5)
+    np.testing.assert_allclose(rows[0][12:], [order, 24 * ((0.005 ** 2 - core) / core)
+                                              ** (1 / order)], rtol=1e-6)
+    order = math.log((0.02 ** 2 - core) / (0.01 ** 2 - core)) / math.log(2.0)   # 8 and 16
+    np.testing.assert_allclose(rows[2][12], order, rtol=1e-6)
     # a state with fewer than three resolutions has no ladder to show
     assert ic.core_table(plan, runs, {}, cells, {8: chain}) == ([], [])
 

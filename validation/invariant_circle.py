@@ -1180,10 +1180,32 @@ def core_table(plan, runs, third, cells, chains, limited=None) -> tuple[list, li
                    for by in columns.values()]
             tok = [(1.0 - _probe(d, "core_ratio", tk), _probe(d, "angle", tk))
                    for d in finest.values()]
+            widths = [core_width(probe, a, x) for x, a in got]
+            mine = [core_width(probe, a, x) for x, a in tok]
             rows.append([n, float(tk)] + [x for x, _ in got] + [_spread(x for x, _ in tok)]
-                        + [core_width(probe, a, x) for x, a in got]
-                        + [_spread(core_width(probe, a, x) for x, a in tok)])
+                        + widths + [_spread(mine)]
+                        + list(_core_excess(list(columns), widths, mine)))
     return list(columns), rows
+
+
+def _core_excess(columns, widths, tokens) -> tuple[float, float]:
+    """(order, cells): the order in the cell width at which the default cells' excess
+    variance over the tokens' core (sigma^2 - sigma_tokens^2, the tokens' median) falls
+    between the two finest with a width, and the cells per cube edge at which it would reach
+    sigma_tokens^2 (the core within sqrt 2 of its width) at that order; NaN where there is
+    no such pair or the excess does not fall."""
+    tok = [x for x in tokens if not math.isnan(x)]
+    have = [(m, w) for (m, lim), w in zip(columns, widths, strict=True)
+            if lim is None and not math.isnan(w)]
+    if not tok or len(have) < 2:
+        return math.nan, math.nan
+    core = float(np.median(tok)) ** 2
+    (m0, w0), (m1, w1) = have[-2:]
+    ex0, ex1 = w0 * w0 - core, w1 * w1 - core
+    if not (ex0 > ex1 > 0):
+        return math.nan, math.nan
+    order = math.log(ex0 / ex1) / math.log(m1 / m0)
+    return order, m1 * (ex1 / core) ** (1.0 / order)
 
 
 def _spans(times, t_handoff: float):
@@ -1873,7 +1895,13 @@ def _core_text(plan, runs, third, cells, chains, limited) -> list[str]:
             f"({widths}):", "",
             table(rows, ["state n", "t"] + [f"deficit, {c}" for c in cols]
                   + ["deficit, tokens"] + [f"sigma, {c}" for c in cols]
-                  + ["sigma, tokens"]), ""]
+                  + ["sigma, tokens", "excess order", "cells for the core"]), "",
+            "Excess order: the order in the cell width at which the cells' excess variance "
+            "over the tokens' core (sigma^2 - sigma_tokens^2, the tokens' median) falls between "
+            "the two finest default resolutions; cells for the core: the cells per cube edge "
+            "at which, at that order, the excess would reach sigma_tokens^2 (the core within "
+            "sqrt 2 of its width). A run's cost grows about as the cube of the cells per "
+            "edge (cells times steps).", ""]
 
 
 def report(plan: Plan, store: Path, name: str, folder=OUT):
