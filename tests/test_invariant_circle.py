@@ -629,9 +629,9 @@ def test_window_table_gives_each_fine_levels_points_and_their_margin():
 
 def test_core_width_reads_a_deficit_as_the_gaussian_cores_deviation():
     probe = ic.Probe(ic.model_for("R1", ic.BETA))
-    side = probe.V @ ic.E - (ic.E @ probe.V @ ic.E) * ic.E
     for angle in (0.0, 0.3, 0.45):
-        c = np.cos(angle) * ic.E + np.sin(angle) * side / np.linalg.norm(side)
+        c = ic.circle_point(probe, angle)
+        assert abs(c[2]) < 1e-15 and abs(c @ ic.E - np.cos(angle)) < 1e-15
         for sigma in (0.001, 0.005, 0.02):
             deficit = 1.0 - probe.core_ratio(c, sigma ** 2)
             assert deficit > 0
@@ -647,8 +647,7 @@ def test_core_table_sets_the_cells_ladder_beside_the_tokens_graded_rules():
     plan = ic.Plan(cells=(8,), d_mins=(), tight=1e-4, t_handoff=3.0, t_end=8.0)
     t = np.linspace(0.0, 8.0, 33)
     probe = ic.Probe(ic.model_for("R1", ic.BETA))
-    side = probe.V @ ic.E - (ic.E @ probe.V @ ic.E) * ic.E
-    c = np.cos(0.3) * ic.E + np.sin(0.3) * side / np.linalg.norm(side)
+    c = ic.circle_point(probe, 0.3)
 
     def run(sigma, upto=8.0):
         keep = t <= upto + 1e-9

@@ -1122,17 +1122,22 @@ def _probe(run, key: str, t: float) -> float:
     return float(np.asarray(run[key])[np.searchsorted(run["times"], t - 1e-9)])
 
 
+def circle_point(probe, angle: float) -> np.ndarray:
+    """The point of the circle z = 0 ``angle`` from e toward where the cluster leaves
+    (P_e V e)."""
+    side = probe.V @ E - (E @ probe.V @ E) * E
+    return math.cos(angle) * E + math.sin(angle) * side / np.linalg.norm(side)
+
+
 def core_width(probe, angle: float, deficit: float) -> float:
-    """The deviation (rad) of the isotropic Gaussian core on the circle z = 0, ``angle`` from
-    e toward where the cluster leaves (P_e V e), whose speed deficit 1 - core_ratio
-    (:meth:`departure.Probe.core_ratio`) is ``deficit``: the core's width that a measured
-    deficit stands for. NaN where no deviation up to CORE_SIGMA_MAX has it, or where the
-    deficit does not grow with the deviation over that range (past about 0.5 rad from e), so
-    that it stands for more than one width."""
+    """The deviation (rad) of the isotropic Gaussian core at :func:`circle_point`, whose
+    speed deficit 1 - core_ratio (:meth:`departure.Probe.core_ratio`) is ``deficit``: the
+    core's width that a measured deficit stands for. NaN where no deviation up to
+    CORE_SIGMA_MAX has it, or where the deficit does not grow with the deviation over that
+    range (past about 0.5 rad from e), so that it stands for more than one width."""
     if math.isnan(angle) or math.isnan(deficit) or deficit < 0:
         return math.nan
-    side = probe.V @ E - (E @ probe.V @ E) * E
-    c = math.cos(angle) * E + math.sin(angle) * side / np.linalg.norm(side)
+    c = circle_point(probe, angle)
 
     def gap(sigma):
         return 1.0 - probe.core_ratio(c, sigma * sigma) - deficit
