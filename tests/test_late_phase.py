@@ -75,6 +75,24 @@ def test_late_phase_quick_runs_end_to_end(tmp_path):
     assert len(p["times"]) == 2 and "confirmed by the other solver" in text
 
 
+def test_a_longer_window_runs_its_pair_only_and_keeps_the_other_pieces_names(tmp_path):
+    # A window beyond t_end changes the output times of its (scenario, beta) alone; a piece on
+    # the base window keeps the spec (and so the file) it had before windows existed, and a
+    # piece on the longer one gets a new name and snapshots every LATE_SNAPSHOT_STEP after
+    # SNAPSHOTS[-1].
+    plan = lp.Plan([16.0, 64.0], 100.0, {"E1": [8]}, windows={("E1", 64.0): 150.0})
+    base, long = plan.times("E1", 16), plan.times("E1", 64)
+    assert base[-1] == 100.0 and long[-1] == 150.0 and np.allclose(np.diff(long), lp.DT)
+    assert plan.times("R1", 64)[-1] == 100.0
+    _, spec = lp.piece_path(tmp_path, "E1", 16.0, 8, base)
+    assert "late_snapshots" not in spec and spec["snapshots"] == lp.SNAPSHOTS
+    path, spec = lp.piece_path(tmp_path, "E1", 64.0, 8, long)
+    assert spec["late_snapshots"] == lp.LATE_SNAPSHOT_STEP
+    assert path != lp.piece_path(tmp_path, "E1", 64.0, 8, plan.times("E1", 16))[0]
+    assert lp.snapshot_times(150.0) == lp.SNAPSHOTS + [125.0, 150.0]
+    assert lp.snapshot_times(30.0) == [s for s in lp.SNAPSHOTS if s <= 30]
+
+
 def test_returns_of_a_turning_pair_are_one_period_apart():
     # W2 of a pair turning with period P about the atoms it left: low at t = kP (back on the
     # atoms), high half a turn on (swapped); the decaying start mimics the approach to t*

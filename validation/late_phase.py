@@ -79,9 +79,11 @@ ORBIT_ANGLE = 0.5
 #: (the orbit returns to e after one period: a longer search would match rho_t near e to the
 #: returned orbit as well as to its start).
 ORBIT_S_MAX, ORBIT_STEP, ORBIT_TURNS = 30.0, 0.5, 0.75
-#: Output spacing, and the snapshot times whose cell averages are saved (for density maps).
+#: Output spacing, and the snapshot times whose cell averages are saved (for density maps);
+#: a window longer than SNAPSHOTS[-1] adds one every LATE_SNAPSHOT_STEP after it.
 DT = 0.5
 SNAPSHOTS = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 70, 80, 90, 100]
+LATE_SNAPSHOT_STEP = 25
 #: Pieces at most this fine keep their snapshots (float16 cell averages: small files).
 SNAPSHOT_MAX_N = 32
 MIN_FIT_BETAS = 3
@@ -290,6 +292,12 @@ def run_particles(scenario, beta, n, times, partial=None):
                        kernel=repr(solver))
 
 
+def snapshot_times(t_end: float) -> list:
+    """The snapshot times of a window to ``t_end``: SNAPSHOTS, then every LATE_SNAPSHOT_STEP."""
+    late = np.arange(SNAPSHOTS[-1] + LATE_SNAPSHOT_STEP, t_end + 1e-9, LATE_SNAPSHOT_STEP)
+    return [s for s in SNAPSHOTS if s <= t_end + 1e-9] + [float(t) for t in late]
+
+
 def run_finite_volume(scenario, beta, n, times, partial=None):
     """The finite-volume diagnostics at ``times``, one output interval at a time from the last
     state, checkpointed to ``partial`` after every interval (and resumed from it); it stops
@@ -301,7 +309,7 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
     done, rows, state, spent, spent_cpu = _resume(partial, times, initial())
     t0, c0 = time.perf_counter(), time.process_time()
     keep_snaps = n <= SNAPSHOT_MAX_N
-    snap_idx = [int(np.argmin(np.abs(times - s))) for s in SNAPSHOTS if s <= times[-1] + 1e-9]
+    snap_idx = [int(np.argmin(np.abs(times - s))) for s in snapshot_times(times[-1])]
     snaps = {}
     if keep_snaps and partial is not None and Path(partial).with_suffix(".snaps.npz").exists():
         saved = io.load_npz(Path(partial).with_suffix(".snaps.npz"))
@@ -324,7 +332,7 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
             break
     data = _piece_data(rows, times, spent, spent_cpu, n=np.array(n),
                        velocity_tol=np.array(solver.velocity_tol),
-                       final=np.asarray(state, dtype=np.float32))  # cell averages at the end
+                       final=np.asarray(state, dtype=float))  # cell averages at the end
     if keep_snaps:
         data["snapshot_index"] = np.array(sorted(snaps))
         data["snapshots"] = np.array([snaps[k] for k in sorted(snaps)])
@@ -342,6 +350,8 @@ def piece_path(store, scenario, beta, n, times, solver="finite_volume"):
             "beta": beta_label(beta), "n": n,
             "times": [float(times[0]), float(times[-1]), len(times)],
             "orbit": [ORBIT_S_MAX, ORBIT_STEP], "snapshots": SNAPSHOTS}
+    if times[-1] > SNAPSHOTS[-1]:
+        spec["late_snapshots"] = LATE_SNAPSHOT_STEP
     if SCENARIOS[scenario]["dimE"] == 2:
         spec["limit"] = f"lattice{E2_LIMIT_POINTS}"
     if scenario == "R1":
@@ -375,13 +385,17 @@ class Plan:
     scenarios: list = field(default_factory=lambda: ["R1", "E1", "E2"])
     #: scenario -> token counts (N, 4N) of the particle pieces, which cross-check the cells
     tokens: dict = field(default_factory=dict)
+    #: (scenario, beta) -> a longer window than t_end, where the late phase has not begun by
+    #: t_end (both solvers' pieces of that pair run to it)
+    windows: dict = field(default_factory=dict)
 
     def resolutions(self, scenario, solver):
         return (self.cells if solver == "finite_volume" else self.tokens).get(scenario, [])
 
-    @property
-    def times(self):
-        return np.linspace(0.0, self.t_end, int(round(self.t_end / DT)) + 1)
+    def times(self, scenario, beta) -> np.ndarray:
+        """The output times of (scenario, beta): every DT to its window's end."""
+        t_end = self.windows.get((scenario, float(beta)), self.t_end)
+        return np.linspace(0.0, t_end, int(round(t_end / DT)) + 1)
 
 
 QUICK = Plan(betas=[16.0, 64.0], t_end=30.0, cells={"R1": [8, 16], "E1": [8, 16], "E2": [8]},
@@ -389,7 +403,9 @@ QUICK = Plan(betas=[16.0, 64.0], t_end=30.0, cells={"R1": [8, 16], "E1": [8, 16]
 FULL = Plan(betas=[16.0, 64.0, 256.0, 1000.0], t_end=100.0,
             cells={"R1": [16, 32, 64, 128], "E1": [16, 32, 64], "E2": [16, 32, 64]},
             tokens={"R1": [4000, 16000, 64000, 256000, 1000000], "E1": [4000, 16000],
-                    "E2": [4000, 16000]})
+                    "E2": [4000, 16000]},
+            # E1 at beta = 1000: the cells hold the plateau to t = 100 at every resolution
+            windows={("E1", 1000.0): 200.0})
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -530,8 +546,9 @@ def collect(plan: Plan, store, missing: list) -> list[Curve]:
         for beta in plan.betas:
             for solver in RUNNERS:
                 res = plan.resolutions(scenario, solver)
-                data = {n: piece(store, scenario, beta, n, plan.times, False, solver)
-                        or unfinished(store, scenario, beta, n, plan.times, solver)
+                times = plan.times(scenario, beta)
+                data = {n: piece(store, scenario, beta, n, times, False, solver)
+                        or unfinished(store, scenario, beta, n, times, solver)
                         for n in res}
                 missing += [f"{scenario} {solver} β={beta_label(beta)} n={n}" + (
                     "" if d is None else f" (unfinished: to t = {float(d['times'][-1]):g})")
@@ -672,7 +689,7 @@ def curve_figure(plan, curves, scenario):
 def _snapshot_piece(plan, store, scenario, beta):
     for n in reversed(plan.cells[scenario]):
         if n <= SNAPSHOT_MAX_N:
-            d = piece(store, scenario, beta, n, plan.times, compute=False)
+            d = piece(store, scenario, beta, n, plan.times(scenario, beta), compute=False)
             if d is not None and "snapshots" in d:
                 return n, d
     return None, None
@@ -949,7 +966,9 @@ def report_all(plan, store, mode, name, wall, out=None):
     text = [f"Mode `{mode}`; this invocation {wall:.0f} s (saved pieces count with the time "
             "they took). Finite volumes, multirate stepping (the solver's defaults), output every "
             f"{DT:g}; a piece stops early once settled (W2 moved < {SETTLE_TOL:g} over "
-            f"{SETTLE_WINDOW:g} time units after the late phase began).", ""]
+            f"{SETTLE_WINDOW:g} time units after the late phase began). Window: t = "
+            f"{plan.t_end:g}" + "".join(f"; {sc} at β = {beta_label(b)}: t = {t:g}"
+                                        for (sc, b), t in plan.windows.items()) + ".", ""]
     if missing:
         text += [f"**Partial:** {len(missing)} pieces of the `{mode}` plan are not computed or "
                  "unfinished; the curves use the two finest saved resolutions (an unfinished "
@@ -1056,18 +1075,19 @@ def main(argv=None):
     plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
     if args.t_end is not None:  # the fast test's tiny window
         plan = Plan(plan.betas[:1], args.t_end, {s: r[:2] for s, r in plan.cells.items()},
-                    plan.scenarios, {s: r[:2] for s, r in plan.tokens.items()})
+                    plan.scenarios, {s: r[:2] for s, r in plan.tokens.items()},
+                    {k: args.t_end for k in plan.windows})
     name = "late_phase" if mode == "full" else f"late_phase_{mode}"
     store = args.store or OUT / f"{name}_runs"
     store.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.piece:
         scenario, beta, n = args.piece[0], float(args.piece[1]), int(args.piece[2])
-        piece(store, scenario, beta, n, plan.times, solver=args.solver)
+        piece(store, scenario, beta, n, plan.times(scenario, beta), solver=args.solver)
         return
     if not args.report_only:
         for scenario, beta, n, solver in pieces_of(plan):
-            piece(store, scenario, beta, n, plan.times, solver=solver)
+            piece(store, scenario, beta, n, plan.times(scenario, beta), solver=solver)
     report_all(plan, store, mode, name, time.perf_counter() - t0, out=args.store)
 
 
