@@ -169,3 +169,15 @@ def test_a_time_the_two_resolutions_place_apart_is_not_admitted():
     ok = {r[3]: r[8] for r in rows}
     assert c.converged_until() == 10.0 and ok["t*"] == "no" and ok["min W2"] == "no"
     assert not any(p[1] == "t*" for p in points)
+
+
+def test_the_misplaced_mass_fit_states_how_far_the_resolutions_masses_lie_apart(monkeypatch):
+    # rows (scenario, beta, n, t, conjectured m+, reached m+, ...) coarse to fine per beta: the
+    # fit's sentence carries the largest gap between a beta's two finest reached masses (0.2 at
+    # beta = 256 here), and a beta with one resolution adds none.
+    rows = [("E2", "16", 32, 100.0, 0.6, 0.7, 0, 0), ("E2", "16", 64, 100.0, 0.6, 0.69, 0, 0),
+            ("E2", "64", 64, 100.0, 0.6, 0.65, 0, 0),
+            ("E2", "256", 32, 100.0, 0.6, 0.62, 0, 0), ("E2", "256", 64, 100.0, 0.6, 0.42, 0, 0)]
+    monkeypatch.setattr(lp, "side_masses", lambda plan, curves: rows)
+    text = "\n".join(lp.mass_section(lp.Plan([16.0, 64.0, 256.0], 100.0, {}, ["E2"]), []))
+    assert "over β = 16, 64, 256" in text and "differ by up to 0.2)" in text
