@@ -934,16 +934,16 @@ def mass_section(plan, curves) -> list[str]:
                     ["scenario", "beta", "n", "t", "conjectured m+", "reached m+", "sqrt(4 δm)",
                      "W2 to terminal"])
     for scenario in plan.scenarios:
-        finest, reached = {}, {}
-        for r in masses:  # rows run coarse to fine: the last per beta is the finest
+        reached = {}  # beta -> (conjectured, reached) per resolution, coarse to fine
+        for r in masses:
             if r[0] == scenario and math.isfinite(float(r[1])):
-                finest[float(r[1])] = abs(r[5] - r[4])
-                reached.setdefault(float(r[1]), []).append(r[5])
+                reached.setdefault(float(r[1]), []).append((r[4], r[5]))
+        finest = {b: abs(v[-1][1] - v[-1][0]) for b, v in reached.items()}
         if len(finest) >= MIN_FIT_BETAS and min(finest.values()) > 0:
             b = np.array(sorted(finest))
             p = np.polyfit(np.log(b), np.log([finest[x] for x in b]), 1)
             # a fit is only as good as the reached masses: how far the two finest apart are
-            spread = max((abs(v[-1] - v[-2]) for v in reached.values() if len(v) > 1),
+            spread = max((abs(v[-1][1] - v[-2][1]) for v in reached.values() if len(v) > 1),
                          default=math.nan)
             text += ["", f"{scenario}: the misplaced mass δm ∝ β^{p[0]:.2f} over β = "
                      f"{', '.join(f'{x:g}' for x in b)} (finest resolution each; the two finest "
