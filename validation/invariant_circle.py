@@ -1456,8 +1456,9 @@ def late_cells(n: int, t_end: float):
     or as far as its checkpoint reached, cut at t_end (None when absent)."""
     import late_phase as lp
     store = OUT / "late_phase_runs"
-    d = (lp.piece(store, "R1", BETA, n, lp.FULL.times("R1", BETA), compute=False)
-         or lp.unfinished(store, "R1", BETA, n, lp.FULL.times("R1", BETA)))
+    times = lp.FULL.times("R1", BETA)
+    d = (lp.piece(store, "R1", BETA, n, times, compute=False)
+         or lp.unfinished(store, "R1", BETA, n, times))
     if d is None:
         return None
     keep = np.asarray(d["times"]) <= t_end + 1e-9
