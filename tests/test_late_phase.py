@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import spherepde as sp
 
@@ -181,3 +182,24 @@ def test_the_misplaced_mass_fit_states_how_far_the_resolutions_masses_lie_apart(
     monkeypatch.setattr(lp, "side_masses", lambda plan, curves: rows)
     text = "\n".join(lp.mass_section(lp.Plan([16.0, 64.0, 256.0], 100.0, {}, ["E2"]), []))
     assert "over β = 16, 64, 256" in text and "differ by up to 0.2)" in text
+
+
+def test_a_variant_piece_changes_one_solver_option_under_its_own_name(tmp_path):
+    # A variant is the default piece with one option of FiniteVolumeSolver changed: its own
+    # file (the default's name unchanged), its own result (the linear reconstruction is more
+    # diffusive than the cubic: the curves part by more than round-off), and a report row
+    # against the default at the same n; a variant not yet run is reported as such.
+    times = np.linspace(0.0, 1.0, 3)
+    plan = lp.Plan([16.0], 1.0, {"E1": [4]}, variants={("E1", 16.0): {4: ["linear", "quadratic"]}})
+    default = lp.piece(tmp_path, "E1", 16.0, 4, times)
+    linear = lp.piece(tmp_path, "E1", 16.0, 4, times, variant="linear")
+    names = sorted(p.name for p in tmp_path.glob("E1_*.npz"))
+    assert len(names) == 2 and names[0].startswith("E1_fv-linear_beta=16_n=4_")
+    assert names[1] == lp.piece_path(tmp_path, "E1", 16.0, 4, times)[0].name
+    gap = np.max(np.abs(linear["w2"] - default["w2"]))
+    assert gap > 1e-6 and linear["w2"][0] == default["w2"][0]  # the same start
+    rows = {r[3]: r for r in lp.variant_rows(plan, tmp_path)}
+    assert rows["default"][7] == 0.0
+    assert math.isclose(rows["linear"][9], gap) and rows["quadratic"][4] == "not computed"
+    with pytest.raises(ValueError, match="variant 'cubic'"):
+        lp.piece_path(tmp_path, "E1", 16.0, 4, times, variant="cubic")

@@ -24,6 +24,7 @@ Run:
     .venv/bin/python validation/late_phase.py --quick         # 93 CPU s (2 idle cores: minutes)
     .venv/bin/python validation/late_phase.py                 # the full study (hours)
     .venv/bin/python validation/late_phase.py --piece R1 256 128   # one piece (background)
+    .venv/bin/python validation/late_phase.py --piece E1 1000 32 --variant linear  # one option
     .venv/bin/python validation/late_phase.py --report-only
 """
 from __future__ import annotations
@@ -298,12 +299,13 @@ def snapshot_times(t_end: float) -> list:
     return [s for s in SNAPSHOTS if s <= t_end + 1e-9] + [float(t) for t in late]
 
 
-def run_finite_volume(scenario, beta, n, times, partial=None):
+def run_finite_volume(scenario, beta, n, times, partial=None, variant=None):
     """The finite-volume diagnostics at ``times``, one output interval at a time from the last
     state, checkpointed to ``partial`` after every interval (and resumed from it); it stops
-    early, its ``times`` cut there, once :func:`settled`."""
+    early, its ``times`` cut there, once :func:`settled`. ``variant``: a key of VARIANTS, the
+    solver's options that differ from its defaults (None: the defaults)."""
     model = model_for(scenario, beta)
-    solver = sp.FiniteVolumeSolver(model, n)
+    solver = sp.FiniteVolumeSolver(model, n, **VARIANTS[variant] if variant else {})
     diag = Diagnostics(model, diagnostic_start(scenario))
     times = np.asarray(times, dtype=float)
     done, rows, state, spent, spent_cpu = _resume(partial, times, initial())
@@ -344,8 +346,23 @@ def run_finite_volume(scenario, beta, n, times, partial=None):
 #: The solvers of a piece: the runner and the file-name tag.
 RUNNERS = {"finite_volume": (run_finite_volume, "fv"), "particles": (run_particles, "particles")}
 
+#: Finite-volume variants: one option of the solver changed from its default at a fixed n, to
+#: tell which of the scheme's choices a late-phase time depends on. The default steps with
+#: macro_tol = 1e-3 and (harmonic path, n > 24) velocity_tol = 1e-5 at every n up to 64, and
+#: reconstructs cubics; a time that moves when one of these is tightened at fixed n rests on
+#: that tolerance, whatever refining n shows.
+VARIANTS = {
+    "macro_tol=1e-4": {"macro_tol": 1e-4},
+    "velocity_tol=1e-6": {"velocity_tol": 1e-6},
+    "linear": {"reconstruction": "linear"},
+    "quadratic": {"reconstruction": "quadratic"},
+}
 
-def piece_path(store, scenario, beta, n, times, solver="finite_volume"):
+
+def piece_path(store, scenario, beta, n, times, solver="finite_volume", variant=None):
+    if variant is not None and (solver != "finite_volume" or variant not in VARIANTS):
+        raise ValueError(f"variant {variant!r}: the finite-volume pieces take one of "
+                         f"{sorted(VARIANTS)} (or None, the solver's defaults)")
     spec = {"v": VERSION, "scenario": scenario, "solver": solver,
             "beta": beta_label(beta), "n": n,
             "times": [float(times[0]), float(times[-1]), len(times)],
@@ -359,22 +376,27 @@ def piece_path(store, scenario, beta, n, times, solver="finite_volume"):
         spec["A"] = np.diag(R1_A).tolist()
     if solver == "particles":
         spec["init"] = "quadrature"  # rho_0's product Gauss rule, about n nodes
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     tag = RUNNERS[solver][1]
+    if variant is not None:  # only then, so that the default pieces keep their names
+        spec["options"] = VARIANTS[variant]
+        tag += f"-{variant}"
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     return Path(store) / f"{scenario}_{tag}_beta={beta_label(beta)}_n={n}_{key}.npz", spec
 
 
-def piece(store, scenario, beta, n, times, compute=True, solver="finite_volume"):
-    """One (scenario, beta, n) piece of ``solver`` (n: cells per cube face, or tokens):
-    loaded when saved, else computed and saved atomically (``compute=False``: None when not
-    saved)."""
-    path, spec = piece_path(store, scenario, beta, n, times, solver)
+def piece(store, scenario, beta, n, times, compute=True, solver="finite_volume", variant=None):
+    """One (scenario, beta, n) piece of ``solver`` (n: cells per cube face, or tokens), with
+    the finite volumes' ``variant`` (VARIANTS; None: the defaults): loaded when saved, else
+    computed and saved atomically (``compute=False``: None when not saved)."""
+    path, spec = piece_path(store, scenario, beta, n, times, solver, variant)
     def run(partial):
+        if variant is not None:
+            return run_finite_volume(scenario, beta, n, times, partial=partial, variant=variant)
         return RUNNERS[solver][0](scenario, beta, n, times, partial=partial)
 
-    return cached_piece(path, spec, run,
-                        f"{scenario} {solver} beta={beta_label(beta)} n={n} to t={times[-1]:g}",
-                        compute=compute)
+    label = f" ({variant})" if variant else ""
+    return cached_piece(path, spec, run, f"{scenario} {solver}{label} beta={beta_label(beta)} "
+                        f"n={n} to t={times[-1]:g}", compute=compute)
 
 
 @dataclass
@@ -388,6 +410,9 @@ class Plan:
     #: (scenario, beta) -> a longer window than t_end, where the late phase has not begun by
     #: t_end (both solvers' pieces of that pair run to it)
     windows: dict = field(default_factory=dict)
+    #: (scenario, beta) -> {n: VARIANTS keys}: finite-volume pieces at that n, each with one
+    #: option of the solver changed, beside the default piece
+    variants: dict = field(default_factory=dict)
 
     def resolutions(self, scenario, solver):
         return (self.cells if solver == "finite_volume" else self.tokens).get(scenario, [])
@@ -405,7 +430,10 @@ FULL = Plan(betas=[16.0, 64.0, 256.0, 1000.0], t_end=100.0,
             tokens={"R1": [4000, 16000, 64000, 256000, 1000000], "E1": [4000, 16000],
                     "E2": [4000, 16000]},
             # E1 at beta = 1000: the cells hold the plateau to t = 100 at every resolution
-            windows={("E1", 1000.0): 200.0})
+            windows={("E1", 1000.0): 200.0},
+            # its departure moves later with n: is it set by a tolerance or the reconstruction?
+            variants={("E1", 1000.0): {16: ["macro_tol=1e-4", "linear", "quadratic"],
+                                       32: ["macro_tol=1e-4", "velocity_tol=1e-6", "linear"]}})
 
 
 # ---------------------------------------------------------------------------- analysis
@@ -523,10 +551,11 @@ def time_scales(times, w2, late, angle, settled_end=True) -> dict:
             "W2 to terminal at end": float(late[-1]) if np.isfinite(late).all() else math.nan}
 
 
-def unfinished(store, scenario, beta, n, times, solver="finite_volume") -> dict | None:
+def unfinished(store, scenario, beta, n, times, solver="finite_volume",
+               variant=None) -> dict | None:
     """A piece's checkpoint as a piece cut at the output it reached (``partial`` set), or
     None: an unfinished piece still compares with a finished one up to there."""
-    path = piece_path(store, scenario, beta, n, times, solver)[0]
+    path = piece_path(store, scenario, beta, n, times, solver, variant)[0]
     partial = path.with_name(path.name[:-len(".npz")] + ".partial.npz")
     if not partial.exists():
         return None
@@ -951,6 +980,51 @@ def mass_section(plan, curves) -> list[str]:
     return text
 
 
+def variant_rows(plan, store):
+    """Per planned variant: its time scales and plateau level beside the default piece's at
+    the same n, and how far its W2 to Π#ρ0 strays from the default's (before the default's
+    t_dep, and over the whole window)."""
+    rows = []
+    for (scenario, beta), by_n in plan.variants.items():
+        times = plan.times(scenario, beta)
+        for n, names in by_n.items():
+            base = piece(store, scenario, beta, n, times, compute=False)
+            if base is None:
+                continue
+            b = scales_of(base)
+            rows.append((scenario, beta_label(beta), n, "default", b["min W2"], b["t*"],
+                         b["t_dep"], 0.0, 0.0, 0.0, f"{float(base['seconds']):.0f}"))
+            for v in names:
+                d = piece(store, scenario, beta, n, times, compute=False, variant=v)
+                if d is None:
+                    d = unfinished(store, scenario, beta, n, times, variant=v)
+                if d is None:
+                    rows.append((scenario, beta_label(beta), n, v, *["not computed"] * 7))
+                    continue
+                sc, m = scales_of(d), len(d["w2"])
+                gap = np.abs(d["w2"] - base["w2"][:m])
+                before = gap[d["times"] <= b["t_dep"]] if math.isfinite(b["t_dep"]) else gap
+                cut = f" (to t = {float(d['times'][-1]):g})" if "partial" in d else ""
+                rows.append((scenario, beta_label(beta), n, v + cut, sc["min W2"], sc["t*"],
+                             sc["t_dep"], sc["t_dep"] - b["t_dep"],
+                             float(before.max()) if before.size else math.nan,
+                             float(gap.max()), f"{float(d['seconds']):.0f}"))
+    return rows
+
+
+def variant_section(plan, store) -> list[str]:
+    return _section("One option of the finite volumes changed at a fixed n (VARIANTS: "
+                    "macro_tol, the multirate step's tolerance, 1e-3 by default at every n; "
+                    "velocity_tol, the harmonic field's, 1e-5 at every n up to 64 (the direct "
+                    "path, n ≤ 24, has none); the reconstruction, cubic by default): a time that "
+                    "moves with one of them at fixed n rests on that choice, whatever refining n "
+                    "shows. |ΔW2|: the largest difference from the default piece's W2 to Π#ρ0, "
+                    "up to the default's t_dep and over the whole window.",
+                    variant_rows(plan, store),
+                    ["scenario", "beta", "n", "variant", "min W2", "t*", "t_dep",
+                     "t_dep − default's", "max |ΔW2| to t_dep", "max |ΔW2|", "cost (s)"])
+
+
 def recurrence_section(curves) -> list[str]:
     return _section("Returns of a turning pair (complex dominant pair of V): the times (W2) at "
                     "which W2 to Π#ρ0 comes back to a local minimum below the midpoint of its "
@@ -1024,6 +1098,7 @@ def report_all(plan, store, mode, name, wall, out=None):
              table(fits(every), ["scenario", "scale", "points", "values", "against log β",
                                  "R²", "against β", "R²"])]
     text += mass_section(plan, curves) + recurrence_section(curves)
+    text += variant_section(plan, store)
     text += _section("The clusters at a finite-volume piece's end: mass within "
                      f"{CLUSTER_RADIUS:g} rad of the heaviest cell left, in turn; the angle "
                      "from the nearer terminal atom ±v, and the side of u^⊥ (+: the side of "
@@ -1074,6 +1149,9 @@ def main(argv=None):
                     help="compute one piece of the plan and stop")
     ap.add_argument("--solver", choices=list(RUNNERS), default="finite_volume",
                     help="the solver of --piece (N: cells per cube face, or tokens)")
+    ap.add_argument("--variant", choices=list(VARIANTS), default=None,
+                    help="a finite-volume --piece with this one option changed from the "
+                         "solver's default")
     ap.add_argument("--store", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--t-end", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -1088,11 +1166,16 @@ def main(argv=None):
     t0 = time.perf_counter()
     if args.piece:
         scenario, beta, n = args.piece[0], float(args.piece[1]), int(args.piece[2])
-        piece(store, scenario, beta, n, plan.times(scenario, beta), solver=args.solver)
+        piece(store, scenario, beta, n, plan.times(scenario, beta), solver=args.solver,
+              variant=args.variant)
         return
     if not args.report_only:
         for scenario, beta, n, solver in pieces_of(plan):
             piece(store, scenario, beta, n, plan.times(scenario, beta), solver=solver)
+        for (scenario, beta), by_n in plan.variants.items():
+            for n, names in by_n.items():
+                for v in names:
+                    piece(store, scenario, beta, n, plan.times(scenario, beta), variant=v)
     report_all(plan, store, mode, name, time.perf_counter() - t0, out=args.store)
 
 
