@@ -42,6 +42,59 @@ def test_speed_ratio_of_a_cluster_at_e_with_mass_at_its_attention_target():
     assert row["share"] == 0 and abs(row["ratio"] - 1) < 1e-12
 
 
+def test_tail_logit_is_exact_where_the_share_rounds_to_one():
+    # A core of mass 1 - eps at e and eps at the attention target b: the tail's attention over
+    # the core's is eps/(1 - eps) e^{beta <B^T e, b - e>} = e^{beta Delta} eps/(1 - eps), with
+    # Delta = |B^T e| - <e, B^T e>. At beta = 1000 in E1, beta Delta = 252: the share is 1.0 in
+    # floating point, the logit is not lost.
+    probe = dp.Probe(lp.model_for("E1", 1000.0))
+    e = np.array([1.0, 0.0, 0.0])
+    bt = probe.B.T @ e
+    b, delta = bt / np.linalg.norm(bt), np.linalg.norm(bt) - e @ bt
+    for eps in (1e-30, 1e-60):  # logits 183 and 114
+        row = probe.row(np.array([e, b]), np.array([1 - eps, eps]), e)
+        assert row["share"] == 1.0
+        expected = 1000.0 * delta + math.log(eps / (1 - eps))
+        assert abs(row["tail_logit"] - expected) < 1e-9 * abs(expected)
+        assert abs(row["tail_angle"] - math.acos(b @ e)) < 1e-7
+    # no tail at all: the logit is undefined, not -inf
+    assert math.isnan(probe.row(np.array([e, e]), np.array([0.5, 0.5]), e)["tail_logit"])
+
+
+def test_logit_clock_of_a_closed_form_hold():
+    # W2 = 0.1 + e^{-4t} falls to its plateau 0.1, within 1% of it once e^{-4t} <= 1e-3 (t_p),
+    # and leaves it at t = 22 (t_dep = 22.05, where 0.1 + (t - 22) = 1.5 x 0.1); the logit
+    # falls linearly, L = 60 - 3t, so L(t_dep) = -6.15 and the clock t_dep + L(t_dep)/3 = 20;
+    # the speed ratio releases at t = 21.
+    t = np.linspace(0.0, 30.0, 301)
+    w2 = 0.1 + np.exp(-4 * t) + np.where(t > 22, t - 22, 0.0)
+    d = {"times": t, "w2": w2, "ratio": np.where(t < 21, 0.1, 0.9), "share": 1 - 0 * t,
+         "tail_mass": np.exp(-t), "core_ratio": np.ones_like(t), "tail_logit": 60 - 3 * t,
+         "tail_angle": np.full_like(t, 0.7)}
+    c = dp.logit_clock(d)
+    t_p = math.ceil(math.log(1e3) / 4 / 0.1) * 0.1  # the first output with e^{-4t} <= 1e-3
+    assert abs(c["t_p"] - t_p) < 1e-12 and abs(c["logit rate"] - 3) < 1e-9
+    assert abs(c["t_dep"] - 22.05) < 1e-9 and abs(c["logit at t_dep"] + 6.15) < 1e-9
+    assert abs(c["clock"] - 20) < 1e-9 and abs(c["t_rel"] - 21) < 0.1
+    assert c["angle at t_p"] == 0.7 and c["angle at end"] == 0.7
+
+
+def test_logit_gradient_is_how_fast_a_query_off_e_loses_the_hold():
+    # A core at e and a tail at the target b: moving the query from e by a small angle u along
+    # the gradient's direction lowers L by |grad L| u (to first order).
+    model = lp.model_for("E1", 1000.0)
+    probe, e = dp.Probe(model), np.array([1.0, 0.0, 0.0])
+    bt = model.B.T @ e
+    b = bt / np.linalg.norm(bt)
+    x, w = np.array([e, b]), np.array([1 - 1e-60, 1e-60])
+    g = (np.eye(3) - np.outer(e, e)) @ model.B @ (b - e)
+    u = 1e-6
+    q = math.cos(u) * e - math.sin(u) * g / np.linalg.norm(g)
+    tail = np.array([False, True])
+    drop = probe.tail_logit(x, w, e, tail)[0] - probe.tail_logit(x, w, q, tail)[0]
+    assert abs(drop / u - dp.logit_gradient(model)) < 1e-3 * dp.logit_gradient(model)
+
+
 def _two_clusters_with_tails(probe):
     e = np.array([1.0, 0.0, 0.0])
     far = np.array([math.cos(0.5), math.sin(0.5), 0.0])

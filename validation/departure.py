@@ -57,6 +57,7 @@ import numpy as np
 from _common import OUT, publish, stored_run, table
 from late_phase import CONVERGED_FRACTION, DEP_FRACTION, model_for
 from low_temperature import _particle_solver, initial
+from scipy.special import logsumexp
 
 import spherepde as sp
 
@@ -76,6 +77,9 @@ FREE_WINDOW = 2.0
 RELEASE_RATIO = 0.5
 #: The arrival t_arr: W2 to the terminal measure below this (the late-phase t_term(0.1)).
 ARRIVAL_W2 = 0.1
+#: The plateau of W2 to Pi#rho_0 starts where it first comes within this fraction of its
+#: minimum (the hold's start for the tail's logit clock; t* itself wanders along a flat plateau).
+PLATEAU_FRACTION = 0.01
 #: The band about the great circle <x, e> = 0 that band_rule refines: the tokens in R1's tail
 #: during the hold started within 0.07 of that circle (beta = 64, N = 16000), and the
 #: tokens' separatrix there, located with zero-weight tracers, lies within 0.045 of it.
@@ -161,7 +165,13 @@ BANDS = (tuple(Run(64.0, 16000, 12.0, band=k, band_along=a)
 HANDOFF = tuple(Run(256.0, n, 36.0, t_event=12.0, solver="handoff", sub=s)
                 for n, s in ((64, 1), (32, 1), (32, 2), (64, 2))) + tuple(
     Run(256.0, n, 36.0, solver="finite_volume") for n in (64, 32))
-FULL = Plan(FULL.runs + BANDS + E1_TURN + HANDOFF)
+#: E1 at beta = 1000: the cells hold the pair near +-e until t_dep = 122, 129, 155 at n = 16,
+#: 32, 64 (late-phase study). What holds it, and does the hold's clock move with n? And at
+#: beta = 256 (t_dep 31-36 at n = 32, 64), whether the same law of release holds.
+E1_HOLD = tuple(Run(1000.0, n, 200.0, solver="finite_volume", scenario="E1")
+                for n in (16, 32, 64)) + tuple(
+    Run(256.0, n, 60.0, solver="finite_volume", scenario="E1") for n in (32, 64))
+FULL = Plan(FULL.runs + BANDS + E1_TURN + HANDOFF + E1_HOLD)
 
 
 # ------------------------------------------------------------------------------ the probe
@@ -219,10 +229,24 @@ class Probe:
         core_m = c + kappa * (Pc @ self.B.T @ c)
         return float(np.linalg.norm(Pc @ self.V @ core_m) / np.linalg.norm(Pc @ self.V @ c))
 
+    def tail_logit(self, x, w, c, tail) -> tuple[float, float]:
+        """log(the tail's attention / the rest's) for a query at c, summed in log space (a
+        tight hold's share, 1 - e^-100, is 1.0 in floating point), and the angle from c of the
+        tail's attention-weighted mean: where the attention that holds the cluster sits."""
+        score = self.beta * (x @ (self.B.T @ c))
+        near = ~tail
+        if not (w[tail] > 0).any() or not (w[near] > 0).any():
+            return math.nan, math.nan
+        logit = logsumexp(score[tail], b=w[tail]) - logsumexp(score[near], b=w[near])
+        a = w[tail] * np.exp(score[tail] - score[tail][w[tail] > 0].max())
+        m = a @ x[tail]
+        return float(logit), float(np.arccos(np.clip(m @ c / np.linalg.norm(m), -1, 1)))
+
     def row(self, x, w, c) -> dict:
         a = self.attention(x, w, c)
         Pc = np.eye(3) - np.outer(c, c)
         tail = self.tail(x, c, np.ones(len(x), bool))
+        logit, where = self.tail_logit(x, w, c, tail)
         lone = float(np.linalg.norm(Pc @ self.V @ c))
         core = (x @ c) > math.cos(CORE_RADIUS)
         # per tangent direction: E(1 - <x, c>) = E|xi|^2 / 2 = sigma^2 for an isotropic core
@@ -230,7 +254,8 @@ class Probe:
         return {"angle": float(np.arccos(np.clip(c[0], -1, 1))), "share": float(a[tail].sum()),
                 "tail_mass": float(w[tail & (x[:, 0] > 0)].sum()),
                 "ratio": float(np.linalg.norm(Pc @ self.V @ (a @ x))) / lone,
-                "core_ratio": self.core_ratio(c, var)}
+                "core_ratio": self.core_ratio(c, var), "tail_logit": logit,
+                "tail_angle": where}
 
     def record(self, x, w, c, m_plus) -> dict:
         """The row of one output: :meth:`row`, W2 to m+ delta_e + (1 - m+) delta_-e (Pi#rho_0)
@@ -474,6 +499,40 @@ def time_scales(d, t_event=math.nan) -> dict:
     return out
 
 
+def logit_clock(d) -> dict:
+    """The hold in log space, for a run that records the tail's logit L: the plateau's start
+    t_p (W2 to Pi#rho_0 first within PLATEAU_FRACTION of its minimum) and L there; L's decay
+    rate over the plateau's second half (a linear fit up to t_dep; to t_rel or the window's
+    end where W2 does not rise: L falls slower at first), L at t_dep (how much of the hold
+    is left when the cluster leaves), the clock t_dep + L(t_dep) / rate (where the tail's
+    attention would have fallen to the core's), and the tail's attention angle from the centre
+    at t_p and at the plateau's end."""
+    s = time_scales(d)
+    t, w2, logit = d["times"], d["w2"], d["tail_logit"]
+    k = int(np.argmax(w2 <= (1 + PLATEAU_FRACTION) * s["min W2"]))
+    end = next((x for x in (s["t_dep"], s["t_rel"]) if math.isfinite(x)), t[-1])
+    hold = (t >= (t[k] + end) / 2) & (t < end) & np.isfinite(logit)
+    rate = float(-np.polyfit(t[hold], logit[hold], 1)[0]) if hold.sum() >= 3 else math.nan
+    last = np.flatnonzero(hold)
+    at_dep = (float(np.interp(s["t_dep"], t, logit)) if math.isfinite(s["t_dep"])
+              else math.nan)
+    return {"t_p": float(t[k]), "logit at t_p": float(logit[k]), "logit rate": rate,
+            "logit at t_dep": at_dep,
+            "clock": s["t_dep"] + at_dep / rate if rate > 0 else math.nan,
+            "angle at t_p": float(d["tail_angle"][k]),
+            "angle at end": float(d["tail_angle"][last[-1]]) if last.size else math.nan,
+            "t_dep": s["t_dep"], "t_rel": s["t_rel"]}
+
+
+def logit_gradient(model) -> float:
+    """How fast L falls as a query moves off e, for a tail at the attention target b of e:
+    L(x) = beta <x, B (b - e)> + const near e, so |grad L| = beta |P_e B (b - e)|. A query
+    L(c) / |grad L| from the centre, away from the tail, is no longer held."""
+    bt = model.B.T @ E
+    b = bt / np.linalg.norm(bt)
+    return float(model.beta * np.linalg.norm((np.eye(3) - np.outer(E, E)) @ model.B @ (b - E)))
+
+
 def saved_groups(plan, store) -> dict:
     """{"scenario, beta": [(run, data or None)]} in plan order: every saved run read once."""
     out = {}
@@ -597,6 +656,22 @@ def handoff_rows(groups):
     return rows
 
 
+def logit_rows(groups):
+    """The logit clock (:func:`logit_clock`) of every saved run that records the logit, with
+    the distance from the centre at which L(t_dep) releases a query (cells: against a cell's
+    width pi / (2n) at a face's centre)."""
+    rows = []
+    for beta, run, d in _each_run(groups):
+        if d is not None and "tail_logit" in d:
+            c = logit_clock(d)
+            reach = c["logit at t_dep"] / logit_gradient(model_for(run.scenario, run.beta))
+            cell = math.pi / (2 * run.n) if run.solver == "finite_volume" else math.nan
+            rows.append([beta, run.label] + [c[k] for k in (
+                "t_p", "logit at t_p", "logit rate", "t_dep", "logit at t_dep", "clock",
+                "t_rel", "angle at t_p", "angle at end")] + [reach, reach / cell])
+    return rows
+
+
 def late_rows(groups):
     """Mean speed ratio and Gaussian-core ratio over the window's second half, per run."""
     rows = []
@@ -611,18 +686,22 @@ def late_rows(groups):
 def figure(groups):
     fig, axes = plt.subplots(len(groups), 3, figsize=(14, 3.6 * len(groups)), squeeze=False)
     for row, (beta, runs) in zip(axes, groups.items(), strict=True):
+        # a hold whose share rounds to 1 throughout is shown by its logit instead
+        logit = all(d is not None and "tail_logit" in d for _, d in runs)
+        keys = ("angle", "ratio", "tail_logit" if logit else "share")
         for run, d in runs:
             if d is None:
                 continue
             style = ("--" if run.event else {"finite_volume": ":", "handoff": "-."}.get(
                 run.solver, "-"))
-            for ax, key in zip(row, ("angle", "ratio", "share"), strict=True):
+            for ax, key in zip(row, keys, strict=True):
                 line, = ax.plot(d["times"], d[key], style, label=run.label)
             row[1].plot(d["times"], d["core_ratio"], style, lw=0.6, color=line.get_color())
         row[0].set_ylabel(f"{beta.split(',')[0]}, beta = {beta.split(', ')[1]}")
+        last = ("log(tail's attention / core's)" if logit else "attention share of the tail")
         for ax, title in zip(row, ("angle of the + cluster's centre from e (rad)",
                                    "speed ratio (thin: Gaussian core of the same spread)",
-                                   "attention share of the tail"), strict=True):
+                                   last), strict=True):
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("t")
         row[1].axhline(RELEASE_RATIO, color="0.6", lw=0.7)
@@ -682,6 +761,19 @@ def report(plan, store, name, folder=OUT):
                     "max abs dW2 to terminal", "t_dep (handoff / cells)",
                     "t_rel (handoff / cells)", "t_arr (handoff / cells)",
                     "tail decay rate (handoff / cells)"]), "",
+             "The hold in log space (runs that record it): L = log(the tail's attention / the "
+             "core's) for a query at the centre, summed in log space; its decay rate over the "
+             "plateau's second half (t_p, the plateau's start: W2 within "
+             f"{PLATEAU_FRACTION:.0%} of its minimum); L when the cluster leaves (t_dep); the "
+             "clock t_dep + L(t_dep)/rate, where L would have reached 0; the angle from the "
+             "centre of the tail's attention-weighted mean (E1's attention target Bᵀe/|Bᵀe| "
+             "lies 0.73 rad from e); and L(t_dep)/|∇L|, how far from the centre, away from the "
+             "tail, a query is released at t_dep (|∇L| = β|P_e B(b − e)|, b the target; 664 in "
+             "E1 at β = 1000), in rad and in cell widths π/(2n):", "",
+             table(logit_rows(groups),
+                   ["scenario, β", "run", "t_p", "L(t_p)", "rate of L", "t_dep", "L(t_dep)",
+                    "clock", "t_rel", "tail angle at t_p", "at the plateau's end",
+                    "released at (rad)", "in cell widths"]), "",
              "Speed ratios over the second half of each window (R1: after the release; E1: "
              "the turning pair):", "",
              table(late_rows(groups), ["scenario, β", "run", "window", "speed ratio",
