@@ -64,7 +64,7 @@ def test_tail_logit_is_exact_where_the_share_rounds_to_one():
 def test_logit_clock_of_a_closed_form_hold():
     # W2 = 0.1 + e^{-4t} falls to its plateau 0.1, within 1% of it once e^{-4t} <= 1e-3 (t_p),
     # and leaves it at t = 22 (t_dep = 22.05, where 0.1 + (t - 22) = 1.5 x 0.1); the logit
-    # falls linearly, L = 60 - 3t, so L(t_dep) = -6.15 and the clock t_dep + L(t_dep)/3 = 20;
+    # falls linearly, L = 60 - 3t, so L(t_dep) = -6.15 and L reached 0 at the clock, t = 20;
     # the speed ratio releases at t = 21.
     t = np.linspace(0.0, 30.0, 301)
     w2 = 0.1 + np.exp(-4 * t) + np.where(t > 22, t - 22, 0.0)
@@ -77,6 +77,11 @@ def test_logit_clock_of_a_closed_form_hold():
     assert abs(c["t_dep"] - 22.05) < 1e-9 and abs(c["logit at t_dep"] + 6.15) < 1e-9
     assert abs(c["clock"] - 20) < 1e-9 and abs(c["t_rel"] - 21) < 0.1
     assert c["angle at t_p"] == 0.7 and c["angle at end"] == 0.7
+    # L(t_dep) < 0 above: the clock was L's own zero (t = 20); a hold still tight at t_dep
+    # (L = 80 - 3t, 13.85 at t_dep) is extrapolated at the fitted rate to 80/3
+    d["tail_logit"] = 80 - 3 * t
+    c = dp.logit_clock(d)
+    assert abs(c["logit at t_dep"] - 13.85) < 1e-9 and abs(c["clock"] - 80 / 3) < 1e-9
 
 
 def test_logit_gradient_is_how_fast_a_query_off_e_loses_the_hold():

@@ -167,10 +167,12 @@ HANDOFF = tuple(Run(256.0, n, 36.0, t_event=12.0, solver="handoff", sub=s)
     Run(256.0, n, 36.0, solver="finite_volume") for n in (64, 32))
 #: E1 at beta = 1000: the cells hold the pair near +-e until t_dep = 122, 129, 155 at n = 16,
 #: 32, 64 (late-phase study). What holds it, and does the hold's clock move with n? And at
-#: beta = 256 (t_dep 31-36 at n = 32, 64), whether the same law of release holds.
+#: beta = 256 and 64 (t_dep 34-38 and 9-10 at n = 32, 64), whether the same law of release
+#: holds and how the clock scales with beta.
 E1_HOLD = tuple(Run(1000.0, n, 200.0, solver="finite_volume", scenario="E1")
                 for n in (16, 32, 64)) + tuple(
-    Run(256.0, n, 60.0, solver="finite_volume", scenario="E1") for n in (32, 64))
+    Run(beta, n, t_end, solver="finite_volume", scenario="E1")
+    for beta, t_end in ((256.0, 60.0), (64.0, 30.0)) for n in (32, 64))
 FULL = Plan(FULL.runs + BANDS + E1_TURN + HANDOFF + E1_HOLD)
 
 
@@ -505,8 +507,8 @@ def logit_clock(d) -> dict:
     rate over the plateau's second half (a linear fit up to t_dep; to t_rel or the window's
     end where W2 does not rise: L falls slower at first), L at t_dep (how much of the hold
     is left when the cluster leaves), the clock t_dep + L(t_dep) / rate (where the tail's
-    attention would have fallen to the core's), and the tail's attention angle from the centre
-    at t_p and at the plateau's end."""
+    attention would have fallen to the core's; where L reached 0 before t_dep, the time it
+    did), and the tail's attention angle from the centre at t_p and at the plateau's end."""
     s = time_scales(d)
     t, w2, logit = d["times"], d["w2"], d["tail_logit"]
     k = int(np.argmax(w2 <= (1 + PLATEAU_FRACTION) * s["min W2"]))
@@ -516,9 +518,12 @@ def logit_clock(d) -> dict:
     last = np.flatnonzero(hold)
     at_dep = (float(np.interp(s["t_dep"], t, logit)) if math.isfinite(s["t_dep"])
               else math.nan)
+    clock = s["t_dep"] + at_dep / rate if rate > 0 else math.nan
+    gone = np.flatnonzero((t >= t[k]) & (logit <= 0))
+    if at_dep <= 0 and gone.size and gone[0] > 0:  # L reached 0 before t_dep: when it did
+        clock = _crossing(t, logit, 0.0, int(gone[0]))
     return {"t_p": float(t[k]), "logit at t_p": float(logit[k]), "logit rate": rate,
-            "logit at t_dep": at_dep,
-            "clock": s["t_dep"] + at_dep / rate if rate > 0 else math.nan,
+            "logit at t_dep": at_dep, "clock": clock,
             "angle at t_p": float(d["tail_angle"][k]),
             "angle at end": float(d["tail_angle"][last[-1]]) if last.size else math.nan,
             "t_dep": s["t_dep"], "t_rel": s["t_rel"]}
@@ -664,7 +669,9 @@ def logit_rows(groups):
     for beta, run, d in _each_run(groups):
         if d is not None and "tail_logit" in d:
             c = logit_clock(d)
-            reach = c["logit at t_dep"] / logit_gradient(model_for(run.scenario, run.beta))
+            # a distance only while the tail still holds the centre (L > 0)
+            reach = (c["logit at t_dep"] / logit_gradient(model_for(run.scenario, run.beta))
+                     if c["logit at t_dep"] > 0 else math.nan)
             cell = math.pi / (2 * run.n) if run.solver == "finite_volume" else math.nan
             rows.append([beta, run.label] + [c[k] for k in (
                 "t_p", "logit at t_p", "logit rate", "t_dep", "logit at t_dep", "clock",
@@ -686,7 +693,7 @@ def late_rows(groups):
 def figure(groups):
     fig, axes = plt.subplots(len(groups), 3, figsize=(14, 3.6 * len(groups)), squeeze=False)
     for row, (beta, runs) in zip(axes, groups.items(), strict=True):
-        # a hold whose share rounds to 1 throughout is shown by its logit instead
+        # a row whose runs all record the logit shows it: a tight hold's share rounds to 1
         logit = all(d is not None and "tail_logit" in d for _, d in runs)
         keys = ("angle", "ratio", "tail_logit" if logit else "share")
         for run, d in runs:
@@ -765,7 +772,8 @@ def report(plan, store, name, folder=OUT):
              "core's) for a query at the centre, summed in log space; its decay rate over the "
              "plateau's second half (t_p, the plateau's start: W2 within "
              f"{PLATEAU_FRACTION:.0%} of its minimum); L when the cluster leaves (t_dep); the "
-             "clock t_dep + L(t_dep)/rate, where L would have reached 0; the angle from the "
+             "clock t_dep + L(t_dep)/rate, where L would have reached 0 (where it did, if "
+             "before t_dep); the angle from the "
              "centre of the tail's attention-weighted mean (E1's attention target Bᵀe/|Bᵀe| "
              "lies 0.73 rad from e); and L(t_dep)/|∇L|, how far from the centre, away from the "
              "tail, a query is released at t_dep (|∇L| = β|P_e B(b − e)|, b the target; 664 in "

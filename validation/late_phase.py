@@ -390,9 +390,8 @@ def piece(store, scenario, beta, n, times, compute=True, solver="finite_volume",
     computed and saved atomically (``compute=False``: None when not saved)."""
     path, spec = piece_path(store, scenario, beta, n, times, solver, variant)
     def run(partial):
-        if variant is not None:
-            return run_finite_volume(scenario, beta, n, times, partial=partial, variant=variant)
-        return RUNNERS[solver][0](scenario, beta, n, times, partial=partial)
+        extra = {} if variant is None else {"variant": variant}  # finite volumes only
+        return RUNNERS[solver][0](scenario, beta, n, times, partial=partial, **extra)
 
     label = f" ({variant})" if variant else ""
     return cached_piece(path, spec, run, f"{scenario} {solver}{label} beta={beta_label(beta)} "
@@ -981,8 +980,8 @@ def mass_section(plan, curves) -> list[str]:
 
 
 def variant_rows(plan, store):
-    """Per planned variant: its time scales and plateau level beside the default piece's at
-    the same n, and how far its W2 to Π#ρ0 strays from the default's (before the default's
+    """Per planned variant: its minimum of W2 to Π#ρ0, t* and t_dep beside the default piece's
+    at the same n, and how far its W2 to Π#ρ0 strays from the default's (before the default's
     t_dep, and over the whole window)."""
     rows = []
     for (scenario, beta), by_n in plan.variants.items():
