@@ -82,6 +82,9 @@ def test_logit_clock_of_a_closed_form_hold():
     d["tail_logit"] = 80 - 3 * t
     c = dp.logit_clock(d)
     assert abs(c["logit at t_dep"] - 13.85) < 1e-9 and abs(c["clock"] - 80 / 3) < 1e-9
+    # a tail that never held the centre on the plateau (L < 0 from t_p on) has no clock
+    d["tail_logit"] = -1.0 - t
+    assert math.isnan(dp.logit_clock(d)["clock"])
 
 
 def test_logit_gradient_is_how_fast_a_query_off_e_loses_the_hold():

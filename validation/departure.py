@@ -508,7 +508,8 @@ def logit_clock(d) -> dict:
     end where W2 does not rise: L falls slower at first), L at t_dep (how much of the hold
     is left when the cluster leaves), the clock t_dep + L(t_dep) / rate (where the tail's
     attention would have fallen to the core's; where L reached 0 before t_dep, the time it
-    did), and the tail's attention angle from the centre at t_p and at the plateau's end."""
+    did; none where the tail did not hold the centre at t_p, L(t_p) <= 0), and the tail's
+    attention angle from the centre at t_p and at the plateau's end."""
     s = time_scales(d)
     t, w2, logit = d["times"], d["w2"], d["tail_logit"]
     k = int(np.argmax(w2 <= (1 + PLATEAU_FRACTION) * s["min W2"]))
@@ -518,9 +519,9 @@ def logit_clock(d) -> dict:
     last = np.flatnonzero(hold)
     at_dep = (float(np.interp(s["t_dep"], t, logit)) if math.isfinite(s["t_dep"])
               else math.nan)
-    clock = s["t_dep"] + at_dep / rate if rate > 0 else math.nan
-    gone = np.flatnonzero((t >= t[k]) & (logit <= 0))
-    if at_dep <= 0 and gone.size and gone[0] > 0:  # L reached 0 before t_dep: when it did
+    clock = s["t_dep"] + at_dep / rate if rate > 0 and logit[k] > 0 else math.nan
+    gone = np.flatnonzero((t > t[k]) & (logit <= 0))
+    if logit[k] > 0 and at_dep <= 0 and gone.size:  # L reached 0 before t_dep: when it did
         clock = _crossing(t, logit, 0.0, int(gone[0]))
     return {"t_p": float(t[k]), "logit at t_p": float(logit[k]), "logit rate": rate,
             "logit at t_dep": at_dep, "clock": clock,
