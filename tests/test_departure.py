@@ -88,8 +88,8 @@ def test_logit_clock_of_a_closed_form_hold():
 
 
 def test_logit_gradient_is_how_fast_a_query_off_e_loses_the_hold():
-    # A core at e and a tail at the target b: moving the query from e by a small angle u along
-    # the gradient's direction lowers L by |grad L| u (to first order).
+    # A core at e and a tail at the target b: moving the query from e by a small angle u
+    # against the gradient lowers L by |grad L| u (to first order).
     model = lp.model_for("E1", 1000.0)
     probe, e = dp.Probe(model), np.array([1.0, 0.0, 0.0])
     bt = model.B.T @ e
