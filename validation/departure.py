@@ -216,9 +216,13 @@ class Probe:
         """The tokens of ``side`` farther than TAIL_WIDTHS attention widths from c."""
         return side & (np.arccos(np.clip(x @ c, -1, 1)) > TAIL_WIDTHS * self.width(c))
 
+    def score(self, x, c) -> np.ndarray:
+        """A query at c's exponents beta <c, B x_j>."""
+        return self.beta * (x @ (self.B.T @ c))
+
     def attention(self, x, w, c) -> np.ndarray:
         """The weights a query at c puts on the tokens: w_j exp(beta <c, B x_j>), summing to 1."""
-        score = self.beta * (x @ (self.B.T @ c))
+        score = self.score(x, c)
         a = w * np.exp(score - score.max())
         return a / a.sum()
 
@@ -235,7 +239,7 @@ class Probe:
         """log(the tail's attention / the rest's) for a query at c, summed in log space (a
         tight hold's share, 1 - e^-100, is 1.0 in floating point), and the angle from c of the
         tail's attention-weighted mean: where the attention that holds the cluster sits."""
-        score = self.beta * (x @ (self.B.T @ c))
+        score = self.score(x, c)
         near = ~tail
         if not (w[tail] > 0).any() or not (w[near] > 0).any():
             return math.nan, math.nan
@@ -777,8 +781,9 @@ def report(plan, store, name, folder=OUT):
              "before t_dep); the angle from the "
              "centre of the tail's attention-weighted mean (E1's attention target Bᵀe/|Bᵀe| "
              "lies 0.73 rad from e); and L(t_dep)/|∇L|, how far from the centre, away from the "
-             "tail, a query is released at t_dep (|∇L| = β|P_e B(b − e)|, b the target; 664 in "
-             "E1 at β = 1000), in rad and in cell widths π/(2n):", "",
+             "tail, a query is released at t_dep (|∇L| = β|P_e B(b − e)|, b the target; "
+             f"{logit_gradient(model_for('E1', 1000.0)):.0f} in E1 at β = 1000), in rad and in "
+             "cell widths π/(2n):", "",
              table(logit_rows(groups),
                    ["scenario, β", "run", "t_p", "L(t_p)", "rate of L", "t_dep", "L(t_dep)",
                     "clock", "t_rel", "tail angle at t_p", "at the plateau's end",

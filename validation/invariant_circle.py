@@ -1457,8 +1457,7 @@ def late_cells(n: int, t_end: float):
     import late_phase as lp
     store = OUT / "late_phase_runs"
     times = lp.FULL.times("R1", BETA)
-    d = (lp.piece(store, "R1", BETA, n, times, compute=False)
-         or lp.unfinished(store, "R1", BETA, n, times))
+    d = lp.saved_piece(store, "R1", BETA, n, times)
     if d is None:
         return None
     keep = np.asarray(d["times"]) <= t_end + 1e-9

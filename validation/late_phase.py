@@ -566,6 +566,14 @@ def unfinished(store, scenario, beta, n, times, solver="finite_volume",
     return d
 
 
+def saved_piece(store, scenario, beta, n, times, solver="finite_volume",
+                variant=None) -> dict | None:
+    """A piece as far as it got: finished, else its checkpoint (:func:`unfinished`), else None
+    (nothing is computed)."""
+    return (piece(store, scenario, beta, n, times, False, solver, variant)
+            or unfinished(store, scenario, beta, n, times, solver, variant))
+
+
 def collect(plan: Plan, store, missing: list) -> list[Curve]:
     """The (scenario, beta) curves of the plan's saved pieces, finished ones first and then
     the checkpoints of unfinished ones; the pieces with neither go to ``missing``."""
@@ -575,9 +583,7 @@ def collect(plan: Plan, store, missing: list) -> list[Curve]:
             for solver in RUNNERS:
                 res = plan.resolutions(scenario, solver)
                 times = plan.times(scenario, beta)
-                data = {n: piece(store, scenario, beta, n, times, False, solver)
-                        or unfinished(store, scenario, beta, n, times, solver)
-                        for n in res}
+                data = {n: saved_piece(store, scenario, beta, n, times, solver) for n in res}
                 missing += [f"{scenario} {solver} β={beta_label(beta)} n={n}" + (
                     "" if d is None else f" (unfinished: to t = {float(d['times'][-1]):g})")
                     for n, d in data.items() if d is None or "partial" in d]
@@ -994,9 +1000,7 @@ def variant_rows(plan, store):
             rows.append((scenario, beta_label(beta), n, "default", b["min W2"], b["t*"],
                          b["t_dep"], 0.0, 0.0, 0.0, f"{float(base['seconds']):.0f}"))
             for v in names:
-                d = piece(store, scenario, beta, n, times, compute=False, variant=v)
-                if d is None:
-                    d = unfinished(store, scenario, beta, n, times, variant=v)
+                d = saved_piece(store, scenario, beta, n, times, variant=v)
                 if d is None:
                     rows.append((scenario, beta_label(beta), n, v, *["not computed"] * 7))
                     continue
